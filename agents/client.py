@@ -1,0 +1,203 @@
+"""One async model client for every role, over `litellm.acompletion`.
+
+Roles are `ModelRole`s: `hosted_vllm/<name>` at an `api_base` (our vLLM servers, LoRA adapters included
+under their versioned names), `oracle/<family>` (the task's reference policy behind LiteLLM's custom
+provider interface, registered on first use), or any hosted provider string.
+
+Error policy: transient failures (connection refused, timeouts, 5xx, rate limits) are retried with
+exponential backoff; what remains raises `ModelCallError` with a `kind` the rollout maps to a stop reason
+(`context_overflow` for a prompt over the window, `model_error` otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from typing import Any, Literal
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+
+import litellm
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.records import ModelRole
+from tasks.records import ToolCall
+
+log = logging.getLogger(__name__)
+litellm.suppress_debug_info = True
+litellm.drop_params = True  # hosted providers reject vLLM-only extras rather than ignore them
+
+_TRANSIENT = (
+    litellm.exceptions.APIConnectionError,
+    litellm.exceptions.Timeout,
+    litellm.exceptions.RateLimitError,
+    litellm.exceptions.ServiceUnavailableError,
+    litellm.exceptions.InternalServerError,
+)
+_CONTEXT_MARKERS = ("maximum context length", "context length", "context_length_exceeded", "too long")
+
+
+class ModelCallError(RuntimeError):
+    def __init__(self, kind: Literal["context_overflow", "model_error"], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ModelResponse(BaseModel):
+    """What one model call returned, normalised across providers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: dict[str, Any] = Field(description="OpenAI-format assistant message (role, content, tool_calls).")
+    tool_calls: list[ToolCall] = Field(default_factory=list, description="Parsed; raw string args if bad JSON.")
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+
+    @property
+    def content(self) -> str:
+        return self.message.get("content") or ""
+
+
+def parse_tool_calls(raw_calls: list[dict[str, Any]] | None) -> list[ToolCall]:
+    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object."""
+    out = []
+    for i, tc in enumerate(raw_calls or []):
+        fn = tc.get("function") or {}
+        args_raw = fn.get("arguments")
+        args: dict[str, Any] | str
+        if isinstance(args_raw, dict):
+            args = args_raw
+        else:
+            try:
+                parsed = json.loads(args_raw) if args_raw else {}
+                args = parsed if isinstance(parsed, dict) else str(args_raw)
+            except (json.JSONDecodeError, TypeError):
+                args = str(args_raw)
+        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""), arguments=args))
+    return out
+
+
+def _ensure_custom_providers() -> None:
+    """Register the project's `oracle` provider with LiteLLM once (LiteLLM's registry is process-global)."""
+    if any(p.get("provider") == "oracle" for p in (litellm.custom_provider_map or [])):
+        return
+    from agents.oracle_provider import OracleLLM
+
+    litellm.custom_provider_map = [*(litellm.custom_provider_map or []), {"provider": "oracle", "custom_handler": OracleLLM()}]
+    litellm.utils.custom_llm_setup()
+
+
+class ModelClient:
+    """Async client for one role. Cheap to create; holds no connection state of its own."""
+
+    def __init__(self, role: ModelRole) -> None:
+        self.role = role
+        if role.provider == "oracle":
+            _ensure_custom_providers()
+
+    def _kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                tool_choice: str | dict[str, Any] | None, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
+        r = self.role
+        kw: dict[str, Any] = {
+            "model": r.model, "messages": messages, "temperature": r.temperature, "top_p": r.top_p,
+            "max_tokens": max_tokens or r.max_tokens, "timeout": r.timeout_s,
+        }
+        if r.api_base:
+            kw["api_base"] = r.api_base
+        kw["api_key"] = r.api_key or ("EMPTY" if r.provider == "hosted_vllm" else None)
+        if tools:
+            kw["tools"] = tools
+            if tool_choice is not None:
+                kw["tool_choice"] = tool_choice
+        if seed is not None:
+            kw["seed"] = seed
+        extra = dict(r.extra_body)
+        if r.provider == "hosted_vllm" and r.return_token_ids:
+            extra["return_token_ids"] = True
+        if extra:
+            kw["extra_body"] = extra
+        return kw
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        tool_choice: str | dict[str, Any] | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> ModelResponse:
+        kwargs = self._kwargs(messages, tools, tool_choice, seed, max_tokens)
+        delay = 0.5
+        for attempt in range(self.role.retries + 1):
+            t0 = time.perf_counter()
+            try:
+                resp = await litellm.acompletion(**kwargs)
+                return self._normalise(resp, time.perf_counter() - t0)
+            except _TRANSIENT as e:
+                if attempt == self.role.retries:
+                    raise ModelCallError("model_error", f"{type(e).__name__} after {attempt + 1} tries: {e}") from e
+                log.warning("model %s: %s (try %d), retrying in %.1fs", self.role.model, type(e).__name__, attempt + 1, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 8.0)
+            except (litellm.exceptions.ContextWindowExceededError,) as e:
+                raise ModelCallError("context_overflow", str(e)) from e
+            except litellm.exceptions.BadRequestError as e:
+                kind = "context_overflow" if any(m in str(e).lower() for m in _CONTEXT_MARKERS) else "model_error"
+                raise ModelCallError(kind, str(e)) from e
+            except Exception as e:  # anything else from a provider is this call's failure, not a crash
+                raise ModelCallError("model_error", f"{type(e).__name__}: {e}") from e
+        raise AssertionError("unreachable")
+
+    def _normalise(self, resp: Any, latency: float) -> ModelResponse:
+        choice = resp.choices[0]
+        msg = choice.message
+        raw_calls = [tc.model_dump() if hasattr(tc, "model_dump") else dict(tc) for tc in (msg.tool_calls or [])]
+        message: dict[str, Any] = {"role": "assistant", "content": msg.content}
+        if raw_calls:
+            message["tool_calls"] = [
+                {"id": tc.get("id") or f"call_{i}", "type": "function",
+                 "function": {"name": (tc.get("function") or {}).get("name"), "arguments": (tc.get("function") or {}).get("arguments")}}
+                for i, tc in enumerate(raw_calls)
+            ]
+        usage = getattr(resp, "usage", None)
+        pt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        ct = int(getattr(usage, "completion_tokens", 0) or 0)
+        return ModelResponse(
+            message=message,
+            tool_calls=parse_tool_calls(message.get("tool_calls")),
+            finish_reason=choice.finish_reason,
+            prompt_tokens=pt,
+            completion_tokens=ct,
+            cost_usd=self._cost(resp, pt, ct),
+            latency_s=latency,
+            prompt_token_ids=_get(resp, "prompt_token_ids"),
+            completion_token_ids=_get(choice, "token_ids") or _get(msg, "token_ids"),
+        )
+
+    def _cost(self, resp: Any, prompt_tokens: int, completion_tokens: int) -> float:
+        r = self.role
+        if r.input_cost_per_token or r.output_cost_per_token or r.provider in ("hosted_vllm", "oracle"):
+            return prompt_tokens * r.input_cost_per_token + completion_tokens * r.output_cost_per_token
+        try:  # hosted providers: LiteLLM's local price map
+            return float(litellm.completion_cost(completion_response=resp))
+        except Exception:
+            log.warning("no price known for %s; counting its cost as 0.0 (set input/output_cost_per_token)", r.model)
+            return 0.0
+
+
+def _get(obj: Any, name: str) -> list[int] | None:
+    val = getattr(obj, name, None)
+    if val is None and hasattr(obj, "model_extra") and obj.model_extra:
+        val = obj.model_extra.get(name)
+    if val is None and isinstance(obj, dict):
+        val = obj.get(name)
+    return list(val) if val else None

@@ -1,0 +1,1 @@
+"""Success statistics, failure attribution, component trigger rates, reports and plots."""

@@ -1,0 +1,1 @@
+"""On-policy expert correction: failing-turn localization, expert rewrite, selection, data mixing."""

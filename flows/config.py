@@ -1,0 +1,212 @@
+"""`RunConfig`: the YAML a run is launched from, validated up front.
+
+Unknown keys and bad values are errors that name the key (`evaluation.seeds: ...`), raised before any
+server starts. Model strings may contain `{family}`, filled per task instance (e.g. `oracle/{family}`, the
+embedded-default expert: each family's reference policy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+import tasks
+from agents.records import ModelRole
+from agents.rollout import Limits
+from deploy.vllm_server import ServeSpec
+from tasks.base import SPLIT_RANGES
+from tasks.records import Split
+
+
+class ConfigError(ValueError):
+    """A config problem, with the offending key in the message."""
+
+
+class TinyModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    out: str = Field(default=".cache/tiny-model", description="Where the tiny model is built (if missing).")
+    seed: int = 0
+
+
+class EvalPair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="A role name from `models`.")
+    harness: str = Field(default="baseline", description="'baseline' (h0 per family) or a harness JSON file.")
+    adapter: str | None = Field(default=None, description="A name from `adapters`: call the role's server under it.")
+    label: str | None = Field(default=None, description="Column name in tables; default '<model>' (+ '@<adapter>').")
+    tool_choice: str | None = Field(default=None, description="Passed to every model call ('required', 'auto', ...).")
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        base = self.model if self.adapter is None else f"{self.model}@{self.adapter.split('@')[-1]}"
+        return base if self.harness == "baseline" else f"{base}+{Path(self.harness).stem}"
+
+
+class EvaluationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    split: Split = "test"
+    n_instances: int | None = Field(default=5, gt=0, description="First N of the split per family; null = all.")
+    seeds: int = Field(default=3, gt=0, description="Seeds 0..S-1; each instance runs once per seed.")
+    pairs: list[EvalPair] = Field(default_factory=lambda: [EvalPair(model="student"), EvalPair(model="expert")])
+    bootstrap_samples: int = Field(default=2000, gt=0, description="Draws for the paired bootstrap CI.")
+
+    @field_validator("pairs")
+    @classmethod
+    def _unique_labels(cls, v: list[EvalPair]) -> list[EvalPair]:
+        names = [p.name for p in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"pair label(s) {dup} repeat; give each pair a distinct `label`")
+        if not v:
+            raise ValueError("at least one (model, harness) pair is needed")
+        return v
+
+
+class AdapterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Versioned served name, e.g. 'student@r1'.")
+    path: str = Field(description="PEFT adapter directory.")
+    server: str = Field(description="`name` of the server (under `servers`) that loads it.")
+
+
+class RayConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(default=None, description="null = start a local Ray; else ray://host:10001 or 'auto'.")
+    num_cpus: int | None = Field(default=2, gt=0)
+    actors: int = Field(default=2, gt=0, description="Rollout actors in the pool.")
+    concurrency_per_server: int = Field(default=8, gt=0)
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "run"
+    runs_dir: str = "runs"
+    tiny_model: TinyModelConfig | None = Field(default=None, description="Build the tiny local model first.")
+    servers: list[ServeSpec] = Field(default_factory=list, description="vLLM servers the run starts and stops.")
+    adapters: list[AdapterConfig] = Field(default_factory=list, description="LoRA adapters loaded after start.")
+    models: dict[str, ModelRole] = Field(description="Role name -> model (student, expert, reflector, ...).")
+    families: list[str] = Field(default_factory=lambda: ["all"], description="Task families; ['all'] = every landed one.")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    limits: Limits = Field(default_factory=Limits, description="Per-episode limits (agents.rollout.Limits).")
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: list[str]) -> list[str]:
+        if v == ["all"]:
+            return v
+        known = tasks.families()
+        for f in v:
+            if f not in known:
+                raise ValueError(f"unknown task family '{f}'; available: {', '.join(known)}")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _placeholders(cls, v: dict[str, ModelRole]) -> dict[str, ModelRole]:
+        for role, m in v.items():
+            try:
+                m.model.format(family="f")
+            except (KeyError, IndexError, ValueError):
+                raise ValueError(f"{role}.model: '{m.model}' may only contain the placeholder {{family}}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> "RunConfig":
+        for i, pair in enumerate(self.evaluation.pairs):
+            if pair.model not in self.models:
+                raise ValueError(
+                    f"evaluation.pairs.{i}.model: role '{pair.model}' is not defined under `models` "
+                    f"(defined: {', '.join(self.models) or 'none'})"
+                )
+            if pair.adapter is not None and pair.adapter not in {a.name for a in self.adapters}:
+                raise ValueError(f"evaluation.pairs.{i}.adapter: '{pair.adapter}' is not listed under `adapters`")
+        server_names = [s.name for s in self.servers]
+        for i, a in enumerate(self.adapters):
+            if a.server not in server_names:
+                raise ValueError(f"adapters.{i}.server: no server named '{a.server}' (servers: {server_names or 'none'})")
+        ports = [s.port for s in self.servers]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"servers: two servers share a port ({ports})")
+        return self
+
+    def family_names(self) -> list[str]:
+        return tasks.families() if self.families == ["all"] else list(self.families)
+
+    def role(self, name: str, family: str, adapter: str | None = None) -> ModelRole:
+        """The role's model for one family: `{family}` filled, the adapter's served name when one is given."""
+        base = self.models[name]
+        model = base.model.format(family=family)
+        if adapter is not None:
+            model = f"{base.provider}/{adapter}"
+        return base.model_copy(update={"model": model})
+
+    def server_for(self, role: ModelRole) -> ServeSpec | None:
+        """The configured server this role's calls go to (by api_base), if the run manages it."""
+        return next((s for s in self.servers if role.api_base and role.api_base.rstrip("/") == s.api_base), None)
+
+
+def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
+    """Checks that need the file system, done before any server starts; raises ConfigError naming the key."""
+    root = repo_root or Path.cwd()
+    tiny_out = (root / config.tiny_model.out).resolve() if config.tiny_model else None
+    for i, s in enumerate(config.servers):
+        path = (root / s.model).resolve()
+        if not path.exists() and path != tiny_out:
+            raise ConfigError(f"servers.{i}.model: model directory '{s.model}' does not exist"
+                              + (" (set `tiny_model.out` to it to have the run build it)" if "tiny" in s.model else ""))
+    for i, a in enumerate(config.adapters):
+        if not (root / a.path).exists():
+            raise ConfigError(f"adapters.{i}.path: adapter directory '{a.path}' does not exist")
+    for i, pair in enumerate(config.evaluation.pairs):
+        if pair.harness != "baseline" and not (root / pair.harness).is_file():
+            raise ConfigError(f"evaluation.pairs.{i}.harness: harness file '{pair.harness}' does not exist")
+        role = config.models[pair.model]
+        if role.provider == "hosted_vllm" and not role.api_base:
+            raise ConfigError(f"models.{pair.model}.api_base: a hosted_vllm model needs the server URL (…/v1)")
+    available = len(SPLIT_RANGES[config.evaluation.split])
+    if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
+        raise ConfigError(f"evaluation.n_instances: {config.evaluation.n_instances} > the {available} "
+                          f"{config.evaluation.split} instances each family has (use null for all)")
+
+
+def _format_errors(e: ValidationError, source: str) -> str:
+    lines = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{source}: {key}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(data).__name__}")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    return parse_config(data or {}, str(path))

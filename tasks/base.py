@@ -1,0 +1,197 @@
+"""The task contract every family implements (the seam between tasks and everything else).
+
+A `Family` generates 100 seeded instances (indices 0-19 train, 20-39 val, 40-99 test), builds an
+`Environment` per instance, and has an oracle policy.
+
+`Environment` contract (invariants the rest of the product relies on):
+- `reset()` (re)builds the initial state from the instance alone and returns the task prompt. Calling it
+  again discards all state: that is what makes `replay` exact.
+- `tools()` lists `ToolSpec`s; `call(name, arguments)` never raises: an unknown tool, invalid JSON,
+  missing/extra/mistyped arguments, a huge string or a tool's own `ToolError` all come back as
+  `ToolResult(is_error=True)` with a message the model can act on, and nothing is half-written.
+- Tools are deterministic: no wall-clock time, no unseeded randomness. The same instance and the same
+  call sequence give the same results and the same state (`replay`).
+- `submit(FinalAnswer)` records the agent's final message; `verify()` judges the current state (and the
+  final answer) and never raises for a wrong or missing answer: it scores it.
+- Each environment owns its state (temp workspace, database, browser); `close()` frees it and is safe
+  to call twice. Nothing leaks between environments running in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from tasks.records import SPLITS, FinalAnswer, Split, Step, TaskInstance, ToolCall, ToolResult, ToolSpec, Verdict
+from tasks.tooling import ToolError, is_tool, spec_for, validate_arguments
+
+log = logging.getLogger(__name__)
+
+N_INSTANCES = 100
+SPLIT_RANGES: dict[Split, range] = {"train": range(0, 20), "val": range(20, 40), "test": range(40, 100)}
+MAX_RESULT_CHARS = 20_000  # the environment's own cap; harness context policy may cut further
+
+
+def split_of(index: int) -> Split:
+    for split, rng in SPLIT_RANGES.items():
+        if index in rng:
+            return split
+    raise ValueError(f"instance index {index} outside 0..{N_INSTANCES - 1}")
+
+
+def instance_seed(family: str, index: int) -> int:
+    """Process-independent seed (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.sha256(f"{family}:{index}".encode()).digest()[:4], "big")
+
+
+class Environment(ABC):
+    """Base environment: subclasses declare tools with `@tool` methods and implement the hooks below."""
+
+    def __init__(self, instance: TaskInstance) -> None:
+        self.instance = instance
+        self.final_answer: FinalAnswer | None = None
+
+    # --- to implement -------------------------------------------------------------------------
+    @abstractmethod
+    def _setup(self) -> None:
+        """Build the initial state from `self.instance` (called by reset; must discard earlier state)."""
+
+    @abstractmethod
+    def verify(self) -> Verdict: ...
+
+    def _teardown(self) -> None:
+        """Free resources (temp dirs, browsers). Must tolerate being called when setup never ran."""
+
+    # --- provided -----------------------------------------------------------------------------
+    def reset(self) -> str:
+        self._teardown()
+        self.final_answer = None
+        self._setup()
+        return self.instance.instruction
+
+    def tools(self) -> list[ToolSpec]:
+        return [spec_for(getattr(self, name)) for name in self._tool_names()]
+
+    def _tool_names(self) -> list[str]:
+        return sorted(n for n in dir(type(self)) if not n.startswith("_") and is_tool(getattr(type(self), n)))
+
+    async def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+        try:
+            if name not in self._tool_names():
+                raise ToolError(f"unknown tool '{name}'; available tools: {', '.join(self._tool_names())}")
+            args = parse_arguments(arguments)
+            fn = getattr(self, name)
+            kwargs = validate_arguments(fn, args)
+            out = fn(**kwargs)
+            if inspect.isawaitable(out):
+                out = await out
+            return ToolResult(content=_truncate(out if isinstance(out, str) else json.dumps(out, default=str)))
+        except ToolError as e:
+            return ToolResult(content=f"Error: {e}", is_error=True)
+        except Exception as e:  # a tool bug must not kill the rollout; the model sees it as an error
+            log.warning("tool %s raised %s: %s", name, type(e).__name__, e)
+            return ToolResult(content=f"Error: {type(e).__name__}: {_truncate(str(e), 2000)}", is_error=True)
+
+    async def submit(self, answer: FinalAnswer) -> None:
+        self.final_answer = answer
+
+    async def replay(self, tool_calls: Sequence[ToolCall]) -> list[Step]:
+        """Reset, then re-execute `tool_calls` in order: the state after a trajectory prefix."""
+        self.reset()
+        steps = []
+        for c in tool_calls:
+            steps.append(Step(call=c, result=await self.call(c.name, c.arguments)))
+        return steps
+
+    def close(self) -> None:
+        self._teardown()
+
+    def __enter__(self) -> "Environment":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any]:
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise ToolError(f"arguments are not valid JSON ({e}); send a JSON object") from None
+    if not isinstance(parsed, dict):
+        raise ToolError(f"arguments must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
+
+
+class Family(ABC):
+    """A task family: seeded generator, environment factory and oracle policy."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    difficulties: ClassVar[tuple[str, ...]]
+
+    @abstractmethod
+    def generate(self, index: int) -> TaskInstance:
+        """Deterministic in (family, index): use `instance_seed(self.name, index)` for a seeded Random."""
+
+    @abstractmethod
+    def make_env(self, instance: TaskInstance) -> Environment:
+        """Construct (cheaply; heavy work belongs in `_setup`) the environment for one instance."""
+
+    @abstractmethod
+    def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
+        """Next action of the reference policy from the current state of `env` (privileged access allowed).
+
+        Must solve the instance from any reachable state where that is still possible.
+        """
+
+    def instances(self, split: Split | None = None) -> list[TaskInstance]:
+        indices = SPLIT_RANGES[split] if split else range(N_INSTANCES)
+        return [self.generate(i) for i in indices]
+
+    def new_instance(self, index: int, *, instruction: str, difficulty: str, payload: dict[str, Any]) -> TaskInstance:
+        """Helper for `generate`: fills id, split and seed consistently."""
+        return TaskInstance(
+            id=f"{self.name}/{index}",
+            family=self.name,
+            index=index,
+            split=split_of(index),
+            instruction=instruction,
+            difficulty=difficulty,
+            seed=instance_seed(self.name, index),
+            payload=payload,
+        )
+
+
+__all__ = [
+    "SPLITS",
+    "SPLIT_RANGES",
+    "Environment",
+    "Family",
+    "FinalAnswer",
+    "Step",
+    "TaskInstance",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "ToolSpec",
+    "Verdict",
+    "instance_seed",
+    "split_of",
+]

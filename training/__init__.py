@@ -1,0 +1,1 @@
+"""Trajectories -> masked token sequences -> LoRA-SFT adapters that vLLM serves."""
