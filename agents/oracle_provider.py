@@ -1,9 +1,14 @@
 """The task oracle as a LiteLLM custom provider: `oracle/<family>` is called exactly like a model.
 
-Each call rebuilds the environment from the conversation: the first user message identifies the instance
-(exact instruction match within the family), the assistant tool calls so far are replayed on a fresh
-environment (tools are deterministic, so this reaches the same state), and the family's
-`oracle_action(env, history)` gives the next tool call or the final answer.
+Each call reaches the conversation's state on the oracle's own copy of the environment: the assistant tool
+calls so far are executed on it (tools are deterministic, so this reaches the same state as the rollout's
+environment) and the family's `oracle_action(env, history)` gives the next tool call or the final answer.
+Environments stay alive between the calls of a conversation (`LiveEnvCache`), so each call executes only
+the new tool calls.
+
+Instructions need not be unique within a family (templated tasks repeat them), so a caller that knows the
+instance passes its id as `extra_body={"instance_id": ...}` (the rollout runtime does); the instruction match
+is the fallback for callers that only have the conversation.
 
 Limit, by design: a call that a harness hook blocked never reached the real environment but is replayed
 here; the oracle acts from the state it then sees (it is state-based, so it still solves the task where
@@ -12,14 +17,18 @@ that is possible).
 
 from __future__ import annotations
 
+import atexit
 import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 import litellm
 from litellm import CustomLLM
 
 import tasks
-from tasks.records import FinalAnswer, TaskInstance, ToolCall
+from tasks.base import Environment
+from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 
 
 class OracleError(RuntimeError):
@@ -55,8 +64,17 @@ def tool_calls_in(messages: list[dict[str, Any]]) -> list[ToolCall]:
     return calls
 
 
-async def oracle_reply(family: str, messages: list[dict[str, Any]]) -> ToolCall | FinalAnswer:
-    inst = find_instance(family, messages)
+def resolve_instance(family: str, messages: list[dict[str, Any]], instance_id: str | None) -> TaskInstance:
+    if instance_id is None:
+        return find_instance(family, messages)
+    if not instance_id.startswith(f"{family}/"):
+        raise OracleError(f"instance '{instance_id}' is not a {family} instance")
+    return tasks.instance(instance_id)
+
+
+async def oracle_reply(family: str, messages: list[dict[str, Any]], instance_id: str | None = None) -> ToolCall | FinalAnswer:
+    """One-shot: a fresh environment, the whole conversation replayed, the oracle's next action."""
+    inst = resolve_instance(family, messages, instance_id)
     fam = tasks.get(family)
     env = fam.make_env(inst)
     try:
@@ -66,12 +84,83 @@ async def oracle_reply(family: str, messages: list[dict[str, Any]]) -> ToolCall 
         env.close()
 
 
+def _signature(call: ToolCall) -> tuple[str, str]:
+    return call.name, call.arguments_json()  # call ids differ between runs; what was done does not
+
+
+@dataclass
+class _LiveEnv:
+    env: Environment
+    history: list[Step] = field(default_factory=list)
+
+    def continues(self, instance_id: str, calls: list[ToolCall]) -> bool:
+        done = [_signature(s.call) for s in self.history]
+        return self.env.instance.id == instance_id and [_signature(c) for c in calls[: len(done)]] == done
+
+
+class LiveEnvCache:
+    """Environments kept alive between the calls of one conversation, so each call only executes the tool
+    calls made since the last one (a fresh browser and a full replay per call made the browser oracles
+    ~60 s per episode). Bounded: the least recently used environment is closed when the cache is full."""
+
+    def __init__(self, max_envs: int = 8) -> None:
+        self.max_envs = max_envs
+        self._live: OrderedDict[int, _LiveEnv] = OrderedDict()
+        self._next = 0
+
+    def take(self, instance_id: str, calls: list[ToolCall]) -> _LiveEnv | None:
+        """Remove and return a live env this conversation continues (so a concurrent caller cannot share it)."""
+        for key, live in self._live.items():
+            if live.continues(instance_id, calls):
+                return self._live.pop(key)
+        return None
+
+    def put(self, live: _LiveEnv) -> None:
+        self._live[self._next] = live
+        self._next += 1
+        while len(self._live) > self.max_envs:
+            _, old = self._live.popitem(last=False)
+            old.env.close()
+
+    def close(self) -> None:
+        while self._live:
+            _, live = self._live.popitem()
+            live.env.close()
+
+
 class OracleLLM(CustomLLM):
-    """LiteLLM handler for `oracle/<family>` models."""
+    """LiteLLM handler for `oracle/<family>` models, with live environments reused across calls."""
+
+    def __init__(self, max_live_envs: int = 8) -> None:
+        super().__init__()
+        self.cache = LiveEnvCache(max_live_envs)
+        atexit.register(self.cache.close)
+
+    async def next_action(self, family: str, messages: list[dict[str, Any]], instance_id: str | None) -> ToolCall | FinalAnswer:
+        inst = resolve_instance(family, messages, instance_id)
+        fam = tasks.get(family)
+        calls = tool_calls_in(messages)
+        live = self.cache.take(inst.id, calls)
+        if live is None:
+            live = _LiveEnv(fam.make_env(inst))
+            live.env.reset()
+        try:
+            for call in calls[len(live.history):]:
+                live.history.append(Step(call=call, result=await live.env.call(call.name, call.arguments)))
+            action = fam.oracle_action(live.env, live.history)
+        except BaseException:
+            live.env.close()
+            raise
+        if isinstance(action, FinalAnswer):
+            live.env.close()  # the conversation is over
+        else:
+            self.cache.put(live)
+        return action
 
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
         family = model.split("/", 1)[-1]
-        action = await oracle_reply(family, messages)
+        extra = (kwargs.get("optional_params") or {}).get("extra_body") or {}
+        action = await self.next_action(family, messages, extra.get("instance_id"))
         if isinstance(action, FinalAnswer):
             message: dict[str, Any] = {"role": "assistant", "content": action.text}
             finish = "stop"

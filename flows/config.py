@@ -112,18 +112,13 @@ class RunConfig(BaseModel):
                 raise ValueError(f"unknown task family '{f}'; available: {', '.join(known)}")
         return v
 
-    @field_validator("models")
-    @classmethod
-    def _placeholders(cls, v: dict[str, ModelRole]) -> dict[str, ModelRole]:
-        for role, m in v.items():
+    @model_validator(mode="after")
+    def _cross_references(self) -> "RunConfig":
+        for role, m in self.models.items():
             try:
                 m.model.format(family="f")
             except (KeyError, IndexError, ValueError):
-                raise ValueError(f"{role}.model: '{m.model}' may only contain the placeholder {{family}}") from None
-        return v
-
-    @model_validator(mode="after")
-    def _cross_references(self) -> "RunConfig":
+                raise ValueError(f"models.{role}.model: '{m.model}' may only contain the placeholder {{family}}") from None
         for i, pair in enumerate(self.evaluation.pairs):
             if pair.model not in self.models:
                 raise ValueError(
@@ -188,7 +183,8 @@ def _format_errors(e: ValidationError, source: str) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"{source}: {key}: {msg}")
+        # cross-field checks (loc empty) already start their message with the dotted key
+        lines.append(f"{source}: {msg}" if not err["loc"] else f"{source}: {key}: {msg}")
     return "\n".join(lines)
 
 

@@ -65,8 +65,13 @@ class _ArgsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
 
 
-@functools.cache
 def args_model(fn: Callable[..., Any]) -> type[BaseModel]:
+    # Keyed on the plain function: caching bound methods would keep every Environment alive.
+    return _args_model(getattr(fn, "__func__", fn))
+
+
+@functools.cache
+def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for name, hint, default in _signature_params(fn):
         fields[name] = (hint, ... if default is inspect.Parameter.empty else default)

@@ -1,0 +1,292 @@
+"""Parallel rollouts on a pool of Ray actors.
+
+    jobs = [RolloutJob(instance=i, harness=h, model=role, seed=s) for i in insts for s in range(3)]
+    with RolloutPool(n_actors=2) as pool:
+        for traj in pool.stream(jobs): ...          # as they finish
+        trajs = pool.run(jobs, progress=True)       # in job order
+
+Contract:
+- Every job yields exactly one `Trajectory` whose id is the job key (`RolloutJob.key`); jobs with the same
+  key are the same job and run once.
+- The driver schedules: at most `concurrency_per_server` episodes in flight per model server (api_base);
+  a model listed in `api_bases` is routed to its least-loaded server when the episode starts, and the whole
+  conversation stays on that server. Jobs go to the actor with the fewest episodes in flight.
+- An actor that dies (crash, OOM, `ray.kill`) is replaced and its in-flight jobs are retried; a job tried
+  `max_attempts` times without an answer becomes a `stop_reason="error"` trajectory with the last error
+  text (score 0). A failure inside an episode is the episode's result, never retried.
+- Trajectories come back through Ray object refs to the driver; actors share no state.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import ray.exceptions
+from pydantic import BaseModel, ConfigDict
+
+from agents.pool_actor import JobTiming, RolloutActor, error_trajectory
+from agents.records import ModelRole, Trajectory, trajectory_key
+from agents.rollout import Limits
+from harness import Harness
+from tasks.records import TaskInstance
+
+ACTOR_MAX_CONCURRENCY = 1024  # the driver enforces the real limits; this only has to stay out of the way
+_WAIT_S = 1.0  # how long one ray.wait blocks; short so a consumer breaking out is noticed promptly
+
+
+class RolloutJob(BaseModel):
+    """One episode to run: serialisable (no handles), so it travels to any actor on any node."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance: TaskInstance
+    harness: Harness
+    model: ModelRole
+    seed: int
+    limits: Limits = Limits()
+    tag: str = "rollout"
+    tool_choice: str | None = None
+
+    @property
+    def key(self) -> str:
+        return trajectory_key(self.instance.id, self.harness.id, self.model.id, self.seed, self.tag)
+
+
+class PoolStats(BaseModel):
+    """Counters over the pool's life (what a run report shows next to the success rates)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    finished: int = 0
+    retries: int = 0
+    actor_deaths: int = 0
+    gave_up: int = 0
+
+
+class ActorLoad(BaseModel):
+    """A snapshot of one actor slot: its current handle and how many episodes it runs now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    slot: int
+    handle: Any
+    in_flight: int
+
+
+@dataclass
+class _Slot:
+    handle: Any
+    generation: int = 0
+    in_flight: int = 0
+
+
+@dataclass
+class _Flight:
+    job: RolloutJob
+    attempt: int
+    slot: int
+    generation: int
+    server: str | None
+    t0: float
+    errors: list[str]
+
+
+@dataclass
+class _Pending:
+    job: RolloutJob
+    attempt: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class RolloutPool:
+    """A pool of async Ray actors running rollout jobs; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        n_actors: int = 2,
+        *,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        concurrency_per_server: int = 8,
+        max_attempts: int = 3,
+        api_bases: dict[str, list[str]] | None = None,
+    ) -> None:
+        if n_actors < 1:
+            raise ValueError(f"n_actors must be >= 1, got {n_actors}")
+        if concurrency_per_server < 1:
+            raise ValueError(f"concurrency_per_server must be >= 1, got {concurrency_per_server}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        for model, bases in (api_bases or {}).items():
+            if not bases:
+                raise ValueError(f"api_bases['{model}'] is empty; give at least one server URL")
+        self.n_actors = n_actors
+        self.concurrency_per_server = concurrency_per_server
+        self.max_attempts = max_attempts
+        self.api_bases = {m: list(b) for m, b in (api_bases or {}).items()}
+        self.stats = PoolStats()
+        self.timings: dict[str, JobTiming] = {}
+        self._owns_ray = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            self._owns_ray = True
+        # num_cpus=0: an actor mostly awaits model servers, so it must not hold a core that the
+        # replacement of a dead actor (or another pool) would wait for; SPREAD puts them on separate nodes.
+        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=ACTOR_MAX_CONCURRENCY,
+                                     scheduling_strategy="SPREAD")(RolloutActor)
+        self._slots = [_Slot(handle=self._actor_cls.remote()) for _ in range(n_actors)]
+        self._server_load: collections.Counter[str | None] = collections.Counter()
+        self._closed = False
+
+    # --- public -----------------------------------------------------------------------------------
+    def stream(self, jobs: Sequence[RolloutJob]) -> Iterator[Trajectory]:
+        """Yield one trajectory per distinct job key, in order of completion."""
+        if self._closed:
+            raise RuntimeError("this RolloutPool was shut down; create a new one")
+        unique: dict[str, RolloutJob] = {}
+        for job in jobs:
+            unique.setdefault(job.key, job)
+        pending: collections.deque[_Pending] = collections.deque(_Pending(j) for j in unique.values())
+        flights: dict[Any, _Flight] = {}
+        done: set[str] = set()
+        try:
+            while pending or flights:
+                self._dispatch(pending, flights)
+                if not flights:
+                    raise RuntimeError("no job could be dispatched (internal scheduling error)")
+                ready, _ = ray.wait(list(flights), num_returns=1, timeout=_WAIT_S)
+                for ref in ready:
+                    flight = flights.pop(ref)
+                    traj = self._collect(ref, flight, pending)
+                    if traj is not None and traj.id not in done:
+                        done.add(traj.id)
+                        self.stats.finished += 1
+                        yield traj
+        finally:
+            for ref, flight in flights.items():  # the consumer stopped early: free the servers
+                ray.cancel(ref)
+                self._release(flight)
+
+    def run(self, jobs: Sequence[RolloutJob], progress: bool = False) -> list[Trajectory]:
+        """All trajectories, in job order (a repeated job gets the same trajectory at each position)."""
+        jobs = list(jobs)
+        by_key: dict[str, Trajectory] = {}
+        n_unique = len({j.key for j in jobs})
+        if not progress:
+            for traj in self.stream(jobs):
+                by_key[traj.id] = traj
+        else:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                       TimeElapsedColumn())
+            with Progress(*columns, transient=False) as bar:
+                task = bar.add_task("", total=n_unique)
+                passed = 0
+                for traj in self.stream(jobs):
+                    by_key[traj.id] = traj
+                    passed += traj.passed
+                    bar.update(task, advance=1, description=f"passed {passed}/{len(by_key)}")
+        return [by_key[j.key] for j in jobs]
+
+    def actor_loads(self) -> list[ActorLoad]:
+        """Current actors and their episodes in flight (for monitoring, and for chaos tests to pick a victim)."""
+        return [ActorLoad(slot=i, handle=s.handle, in_flight=s.in_flight) for i, s in enumerate(list(self._slots))]
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._slots:
+            ray.kill(slot.handle, no_restart=True)
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> "RolloutPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- scheduling -------------------------------------------------------------------------------
+    def _servers_for(self, job: RolloutJob) -> list[str | None]:
+        return list(self.api_bases.get(job.model.model, [job.model.api_base]))
+
+    def _capacity(self, server: str | None) -> int:
+        # Providers running in the actor process (the oracle) have no server; bound them per actor.
+        return self.concurrency_per_server * (self.n_actors if server is None else 1)
+
+    def _dispatch(self, pending: collections.deque[_Pending], flights: dict[Any, _Flight]) -> None:
+        """Start every pending job whose server has room, FIFO per server, on the least-loaded actor."""
+        waiting: collections.deque[_Pending] = collections.deque()
+        while pending:
+            item = pending.popleft()
+            server = min(self._servers_for(item.job), key=lambda s: self._server_load[s])
+            if self._server_load[server] >= self._capacity(server):
+                waiting.append(item)
+                continue
+            slot_i = min(range(len(self._slots)), key=lambda i: self._slots[i].in_flight)
+            slot = self._slots[slot_i]
+            ref = slot.handle.run.remote(item.job.model_dump_json(), server)
+            flights[ref] = _Flight(item.job, item.attempt + 1, slot_i, slot.generation, server, time.perf_counter(),
+                                   item.errors)
+            slot.in_flight += 1
+            self._server_load[server] += 1
+        pending.extend(waiting)
+
+    def _release(self, flight: _Flight) -> None:
+        self._server_load[flight.server] -= 1
+        slot = self._slots[flight.slot]
+        if slot.generation == flight.generation:
+            slot.in_flight -= 1
+
+    def _replace_actor(self, slot_i: int, generation: int) -> None:
+        slot = self._slots[slot_i]
+        if slot.generation != generation:
+            return  # an earlier failed ref of the same dead actor already replaced it
+        self.stats.actor_deaths += 1
+        try:
+            ray.kill(slot.handle, no_restart=True)
+        except Exception:  # already gone; the kill only makes sure a half-alive actor is not reused
+            pass
+        self._slots[slot_i] = _Slot(handle=self._actor_cls.remote(), generation=generation + 1)
+
+    def _collect(self, ref: Any, flight: _Flight, pending: collections.deque[_Pending]) -> Trajectory | None:
+        """Turn one finished ref into a trajectory, or queue the job again if its actor died."""
+        self._release(flight)
+        try:
+            traj_json, timing_json = ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            self._replace_actor(flight.slot, flight.generation)
+            return self._retry_or_give_up(flight, f"actor died: {type(e).__name__}: {e}", pending)
+        except ray.exceptions.RayTaskError as e:
+            # The actor turns every episode failure into a trajectory, so this is a bug in the job's own
+            # handling (e.g. it does not deserialise): deterministic, so retrying would only repeat it.
+            self.stats.gave_up += 1
+            cause = e.cause if e.cause is not None else e
+            return error_trajectory(flight.job, f"rollout actor raised {type(cause).__name__}: {cause}")
+        except ray.exceptions.RayError as e:  # transport failures (object lost, ...): count an attempt
+            return self._retry_or_give_up(flight, f"{type(e).__name__}: {e}", pending)
+        traj = Trajectory.model_validate_json(traj_json)
+        timing = JobTiming.model_validate_json(timing_json)
+        self.timings[traj.id] = timing.model_copy(
+            update={"attempts": flight.attempt, "roundtrip_s": time.perf_counter() - flight.t0})
+        return traj
+
+    def _retry_or_give_up(self, flight: _Flight, error: str, pending: collections.deque[_Pending]) -> Trajectory | None:
+        errors = [*flight.errors, error]
+        if flight.attempt < self.max_attempts:
+            self.stats.retries += 1
+            pending.appendleft(_Pending(flight.job, attempt=flight.attempt, errors=errors))
+            return None
+        self.stats.gave_up += 1
+        summary = f"gave up after {flight.attempt} attempts; last error: {error}"
+        return error_trajectory(flight.job, summary)

@@ -1,0 +1,166 @@
+"""The Ray actor behind `RolloutPool`: one process running many episodes concurrently on its event loop.
+
+The actor is stateless between jobs: a job arrives as JSON, runs as `run_episode` on a fresh environment
+(closed even when the episode fails), and goes back to the driver as JSON with its timings. A failure
+inside one episode never escapes as an exception: it becomes a `Trajectory` with stop reason `error`
+(score 0), as the rollout error policy says. Only the death of the actor process reaches the driver,
+which retries the job elsewhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.records import Trajectory
+from tasks.records import Verdict
+
+if TYPE_CHECKING:
+    from agents.pool import RolloutJob
+    from tasks.base import Environment
+
+# Environment methods whose time counts as "the tool's" (not the pool's) in the overhead figure.
+_ENV_TIMED = ("reset", "call", "submit", "verify", "replay")
+MAX_ERROR_CHARS = 4000
+
+
+class JobTiming(BaseModel):
+    """Where one job's time went. The pool's own overhead is what is left after model and environment time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    server: str | None = Field(default=None, description="api_base the episode ran against (None: in-process provider).")
+    attempts: int = Field(default=1, ge=1)
+    turns: int = Field(default=0, ge=0)
+    episode_s: float = Field(default=0.0, description="Inside the actor: make_env .. close.")
+    model_s: float = Field(default=0.0, description="Sum of the turns' model-call latencies.")
+    env_s: float = Field(default=0.0, description="Time inside environment methods (tools, reset, verify).")
+    roundtrip_s: float = Field(default=0.0, description="At the driver: dispatch of the last attempt .. result back.")
+
+    @property
+    def overhead_s(self) -> float:
+        """Time of the job not spent waiting on the model or the environment (Ray transport included)."""
+        return max(0.0, self.roundtrip_s - self.model_s - self.env_s)
+
+    @property
+    def overhead_per_turn_s(self) -> float:
+        return self.overhead_s / max(self.turns, 1)
+
+
+class _EnvTimer:
+    """Accumulates wall time spent in an environment's methods; nested calls (replay -> call) count once."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._depth = 0
+        self._t0 = 0.0
+
+    def _enter(self) -> None:
+        if self._depth == 0:
+            self._t0 = time.perf_counter()
+        self._depth += 1
+
+    def _exit(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.total_s += time.perf_counter() - self._t0
+
+    def instrument(self, env: Environment) -> None:
+        # Instance attributes shadow the class methods for this one environment only, so run_episode
+        # stays unaware of the measurement and nothing else is affected.
+        for name in _ENV_TIMED:
+            method = getattr(env, name, None)
+            if method is not None:
+                setattr(env, name, self._wrap(method))
+
+    def _wrap(self, method: Any) -> Any:
+        if inspect.iscoroutinefunction(method):
+            @functools.wraps(method)
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                self._enter()
+                try:
+                    return await method(*args, **kwargs)
+                finally:
+                    self._exit()
+            return timed_async
+
+        @functools.wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._enter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._exit()
+        return timed
+
+
+def error_trajectory(job: RolloutJob, error: str, wall_s: float = 0.0) -> Trajectory:
+    """The record of a job that produced no episode: score 0, the error text kept for the reader."""
+    error = error[-MAX_ERROR_CHARS:]
+    return Trajectory(
+        id=job.key,
+        instance=job.instance,
+        harness_id=job.harness.id,
+        model_id=job.model.id,
+        seed=job.seed,
+        messages=[],
+        stop_reason="error",
+        verdict=Verdict(score=0.0, failed_checks=["rollout_error"], feedback=error),
+        error=error,
+        wall_s=wall_s,
+        tag=job.tag,
+    )
+
+
+async def execute_job(job: RolloutJob, api_base: str | None) -> tuple[Trajectory, JobTiming]:
+    """Run one job in this process. Never raises for the job's own failure."""
+    import tasks
+    from agents.rollout import run_episode
+
+    # Routing may put the conversation on a different replica than the job names; the record keeps the
+    # job's model id so the trajectory id stays the job key wherever it ran.
+    role = job.model if api_base is None else job.model.model_copy(update={"api_base": api_base})
+    timer = _EnvTimer()
+    t0 = time.perf_counter()
+    env = None
+    try:
+        env = tasks.make_env(job.instance)
+        timer.instrument(env)
+        traj = await run_episode(role, job.harness, env, job.seed, job.limits, tag=job.tag, tool_choice=job.tool_choice)
+    except Exception as e:  # one job's failure is scored 0, never a crash of the actor
+        traj = error_trajectory(job, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception as e:  # a leaky close must not turn a finished episode into a failure
+                import logging
+
+                logging.getLogger(__name__).warning("env.close() for %s raised %s: %s", job.instance.id, type(e).__name__, e)
+    episode_s = time.perf_counter() - t0
+    traj = traj.model_copy(update={"id": job.key, "model_id": job.model.id, "tag": job.tag})
+    timing = JobTiming(
+        key=job.key, server=api_base, turns=len(traj.turns), episode_s=episode_s,
+        model_s=sum(t.latency_s for t in traj.turns), env_s=timer.total_s,
+    )
+    return traj, timing
+
+
+class RolloutActor:
+    """Async Ray actor: `run` calls overlap on one event loop (model calls are awaits, not threads)."""
+
+    async def ping(self) -> bool:
+        return True
+
+    async def run(self, job_json: str, api_base: str | None) -> tuple[str, str]:
+        from agents.pool import RolloutJob
+
+        job = RolloutJob.model_validate_json(job_json)
+        traj, timing = await execute_job(job, api_base)
+        return traj.model_dump_json(), timing.model_dump_json()

@@ -1,0 +1,63 @@
+"""PNG plots for the evaluation report (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: reports are written on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+from analysis.stats import OVERALL, family_table  # noqa: E402
+
+
+def family_bars(frame: pl.DataFrame, out: Path, order: list[str], group: str = "pair") -> Path:
+    """Grouped bars: success rate per family (and overall) per pair, error bars = SEM over seeds."""
+    long = family_table(frame, group)
+    families = sorted(f for f in long["family"].unique().to_list() if f != OVERALL) + [OVERALL]
+    width = 0.8 / max(1, len(order))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(families) * max(1, len(order)) + 2), 4.0))
+    for i, g in enumerate(order):
+        sub = {r["family"]: r for r in long.filter(pl.col(group) == g).iter_rows(named=True)}
+        means = [100 * sub[f]["mean"] if f in sub else 0.0 for f in families]
+        sems = [100 * sub[f]["sem"] if f in sub and not math.isnan(sub[f]["sem"]) else 0.0 for f in families]
+        xs = [j + (i - (len(order) - 1) / 2) * width for j in range(len(families))]
+        ax.bar(xs, means, width, yerr=sems, capsize=3, label=g)
+    ax.set_xticks(range(len(families)), families, rotation=30, ha="right")
+    ax.set_ylabel("success rate (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Success per family (mean ± SEM over seeds)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def cost_vs_success(frame: pl.DataFrame, out: Path, order: list[str], group: str = "pair") -> Path:
+    """One point per (pair, family): mean cost per rollout (x) against success rate (y); wall time when cost is 0."""
+    agg = frame.group_by(group, "family").agg(
+        pl.col("passed").cast(pl.Float64).mean().alias("success"),
+        pl.col("cost_usd").mean().alias("cost"),
+        pl.col("wall_s").mean().alias("wall"),
+    )
+    use_cost = float(agg["cost"].max() or 0.0) > 0.0  # local models cost 0: plot latency instead
+    xcol, xlabel = ("cost", "mean cost per rollout (USD)") if use_cost else ("wall", "mean wall time per rollout (s)")
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for g in order:
+        sub = agg.filter(pl.col(group) == g)
+        ax.scatter(sub[xcol].to_list(), [100 * s for s in sub["success"].to_list()], label=g)
+        for x, y, f in zip(sub[xcol].to_list(), sub["success"].to_list(), sub["family"].to_list(), strict=True):
+            ax.annotate(f, (x, 100 * y), fontsize=6, alpha=0.7)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("success rate (%)")
+    ax.set_ylim(-5, 105)
+    ax.set_title("Cost vs success per family" if use_cost else "Latency vs success per family (cost is 0)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

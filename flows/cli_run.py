@@ -1,0 +1,178 @@
+"""`coevo run`, `coevo report`, `coevo dashboard`: the Prefect flows from the command line.
+
+    coevo run --config deploy/configs/local.yaml            # what `make run` does
+    coevo run --config deploy/configs/local.yaml --full     # the whole 60-instance test split
+    coevo run --resume RUN_ID                               # finish a failed run; finished chunks are kept
+    coevo report RUN_ID                                     # rebuild report.md + plots from the stored rollouts
+    coevo dashboard                                         # Prefect UI on 127.0.0.1 (same local database)
+
+Prefect is imported only inside the commands, after `flows.local.configure_prefect_env()` has pointed it
+at the project's own PREFECT_HOME (it reads its settings once, at import).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from flows.config import ConfigError, RunConfig, load_config, parse_config, preflight
+from flows.local import DASHBOARD_FILE, configure_prefect_env, write_dashboard_file
+from flows.store import RunStore, new_run_id
+
+console = Console(soft_wrap=True)  # long paths stay on one line (copy-pasteable)
+
+
+def _print_result(run_id: str, run_dir: str, report_path: str, family_rows: list[dict[str, str]], pairs: list[str]) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]Success rate per family[/] (%, mean ± SEM over seeds), run {run_id}")
+    table = Table()
+    table.add_column("family")
+    for p in pairs:
+        table.add_column(p, justify="right")
+    for i, r in enumerate(family_rows):  # a rule above the last row, `overall`
+        table.add_row(*(r.get(c, "") for c in ["family", *pairs]), end_section=i == len(family_rows) - 2)
+    console.print(table)
+    console.print(f"run directory: {run_dir}")
+    console.print(f"[bold]report:[/] {report_path}")
+
+
+def _resolve_config(config: Optional[Path], resume: Optional[str], runs_dir: Optional[str]) -> tuple[RunConfig, str]:
+    if resume:
+        if config is not None:
+            cfg = load_config(config)
+        else:
+            base = Path(runs_dir or "runs")
+            try:
+                store = RunStore.open_existing(base, resume)
+            except FileNotFoundError as e:
+                raise ConfigError(str(e)) from None
+            cfg = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
+        if not (Path(runs_dir or cfg.runs_dir) / resume / "state.json").exists():
+            raise ConfigError(f"--resume: no run '{resume}' under {Path(runs_dir or cfg.runs_dir).resolve()}")
+        return cfg, resume
+    if config is None:
+        raise ConfigError("give --config FILE (or --resume RUN_ID)")
+    cfg = load_config(config)
+    return cfg, new_run_id(cfg.name)
+
+
+def run(
+    config: Annotated[Optional[Path], typer.Option(help="Run config YAML (deploy/configs/local.yaml is the default job).")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Finish this run: finished rollouts are loaded, not re-run.")] = None,
+    full: Annotated[bool, typer.Option(help="Evaluate the whole split (60 test instances per family).")] = False,
+    n_instances: Annotated[Optional[int], typer.Option(help="Instances per family (overrides the config).")] = None,
+    seeds: Annotated[Optional[int], typer.Option(help="Seeds per instance (overrides the config).")] = None,
+    families: Annotated[Optional[str], typer.Option(help="Comma-separated families (overrides the config).")] = None,
+    runs_dir: Annotated[Optional[str], typer.Option(help="Where runs live (overrides the config's runs_dir).")] = None,
+) -> None:
+    """Run the evaluation flow: serve models, roll out each (model, harness) pair, tables, report."""
+    where = configure_prefect_env()
+    try:
+        cfg, run_id = _resolve_config(config, resume, runs_dir)
+        ev: dict[str, object] = {}
+        if full:
+            ev["n_instances"] = None
+        elif n_instances is not None:
+            ev["n_instances"] = n_instances
+        if seeds is not None:
+            ev["seeds"] = seeds
+        data = cfg.model_dump(mode="json")
+        data["evaluation"].update(ev)
+        if families:
+            data["families"] = [f.strip() for f in families.split(",") if f.strip()]
+        if runs_dir:
+            data["runs_dir"] = runs_dir
+        cfg = parse_config(data, str(config or "resumed config"))
+        preflight(cfg, Path.cwd())
+    except ConfigError as e:
+        console.print(f"[red]config error[/]\n{e}")
+        raise typer.Exit(2) from None
+    fams = cfg.family_names()
+    console.print(f"run [bold]{run_id}[/]: {len(cfg.evaluation.pairs)} pair(s) × {len(fams)} families × "
+                  f"{cfg.evaluation.n_instances or 'all'} instances × {cfg.evaluation.seeds} seeds; {where}")
+    from flows.evaluation import evaluation_flow
+
+    t0 = time.monotonic()
+    try:
+        result = evaluation_flow(cfg, run_id=run_id, base_dir=str(Path.cwd()))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]; finish it with: coevo run --resume {run_id}")
+        raise typer.Exit(130) from None
+    except Exception as e:  # the flow's own logs have the traceback; say how to continue
+        console.print(f"[red]run {run_id} failed:[/] {type(e).__name__}: {e}")
+        console.print(f"finished work is kept; continue with: coevo run --resume {run_id}"
+                      + (f" --runs-dir {runs_dir}" if runs_dir else ""))
+        raise typer.Exit(1) from None
+    rep = result.report
+    _print_result(result.run_id, result.run_dir, rep.report_path, rep.family_rows, rep.pairs)
+    collected = ", ".join(f"{c['pair']}: {c['rollouts_run']} run / {c['rollouts']}" for c in result.collected)
+    console.print(f"rollouts ({collected}) in {time.monotonic() - t0:.0f} s; dashboard: coevo dashboard")
+
+
+def report(
+    run_id: Annotated[str, typer.Argument(help="A run id under runs/ (see `ls runs`).")],
+    runs_dir: Annotated[str, typer.Option(help="Where runs live.")] = "runs",
+) -> None:
+    """Rebuild report.md and the PNG plots of a run from its stored trajectories (also a Prefect artifact)."""
+    where = configure_prefect_env()
+    try:
+        RunStore.open_existing(runs_dir, run_id)
+    except FileNotFoundError as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2) from None
+    console.print(where)
+    from flows.evaluation import report_flow
+
+    try:
+        rep = report_flow(run_id, runs_dir)
+    except ValueError as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(1) from None
+    _print_result(rep.run_id, str(Path(rep.report_path).parent.parent), rep.report_path, rep.family_rows, rep.pairs)
+    for name, path in rep.plots.items():
+        console.print(f"plot {name}: {path}")
+
+
+def dashboard(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 4200,
+) -> None:
+    """Start the Prefect UI/API on 127.0.0.1 over the project's local database; Ctrl-C stops it."""
+    os.environ.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
+    configure_prefect_env()
+    home = os.environ["PREFECT_HOME"]
+    url = f"http://127.0.0.1:{port}"
+    prefect_bin = Path(sys.executable).parent / "prefect"
+    cmd = [str(prefect_bin), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=dict(os.environ), start_new_session=True)
+    write_dashboard_file(url, proc.pid)
+    console.print(f"Prefect dashboard: [bold]{url}[/]  (PREFECT_HOME={home})")
+    console.print(f"runs started from this checkout report there while it is up; elsewhere: export PREFECT_API_URL={url}/api")
+
+    def _stop(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP: take the server (its own session) down too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        (Path(home) / DASHBOARD_FILE).unlink(missing_ok=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("report")(report)
+    app.command("dashboard")(dashboard)

@@ -1,0 +1,57 @@
+"""Render a harness against an environment's tools: the system prompt and the tool list the model sees."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.helpers import SPECS as HELPER_SPECS
+from harness.program import Harness
+from tasks.records import ToolSpec
+
+log = logging.getLogger(__name__)
+
+
+class Rendered(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    system_prompt: str
+    tools: list[ToolSpec]
+    env_tools: list[str]  # exposed names the environment executes
+    helper_tools: list[str]  # exposed names the runtime executes
+
+    def openai_tools(self) -> list[dict]:
+        return [t.openai() for t in self.tools]
+
+
+def system_prompt(h: Harness) -> str:
+    parts = []
+    for s in h.sections:
+        parts.append(f"## {s.title}\n{s.text.strip()}" if s.title else s.text.strip())
+    return "\n\n".join(p for p in parts if p)
+
+
+def render(h: Harness, env_tools: list[ToolSpec]) -> Rendered:
+    exposed: list[ToolSpec] = []
+    for spec in env_tools:
+        if spec.name in h.tools.hidden:
+            continue
+        desc = h.tools.descriptions.get(spec.name, spec.description)
+        examples = h.tools.examples.get(spec.name)
+        if examples:
+            desc += "\nExample arguments: " + "; ".join(json.dumps(e, sort_keys=True) for e in examples)
+        exposed.append(spec.model_copy(update={"description": desc}))
+    env_names = [t.name for t in exposed]
+    helpers = []
+    for name in h.tools.helpers:
+        if name in {t.name for t in env_tools}:  # the environment's own tool of that name wins
+            log.warning("helper tool '%s' shadowed by an environment tool of the same name; not exposed", name)
+            continue
+        spec = HELPER_SPECS[name]
+        if name in h.tools.descriptions:
+            spec = spec.model_copy(update={"description": h.tools.descriptions[name]})
+        exposed.append(spec)
+        helpers.append(name)
+    return Rendered(system_prompt=system_prompt(h), tools=exposed, env_tools=env_names, helper_tools=helpers)

@@ -1,0 +1,322 @@
+"""One headless Chromium per environment, driven by Playwright's async API, plus the browser tools' actions.
+
+Why a private thread: `Environment.reset()`/`close()` are synchronous and may be called from inside a running
+event loop (the rollout loop's `finally`), where nothing can be awaited. So the browser lives on its own
+event loop in a daemon thread; tool calls hop onto it (`run_coroutine_threadsafe` + `wrap_future`) and
+`close()` blocks on it with a deadline, then SIGKILLs whatever Chromium/driver processes are left (found
+by a marker switch on Chromium's command line), so a crashed or hung browser never outlives its env.
+
+Errors the model can act on are `ToolError`s: a missing ref, an off-origin URL, a timeout (the page is
+killed and the browser restarted), a crashed page or browser (reopened on the next action).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import urljoin, urlsplit
+
+import psutil
+
+from tasks.browser_snapshot import SNAPSHOT_JS
+from tasks.tooling import ToolError
+
+T = TypeVar("T")
+
+CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--disable-extensions")
+_REF_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,120}$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9+]{1,40}$")
+
+
+def chromium_path() -> str:
+    """The system Chromium (Playwright's own download does not work here); COEVO_CHROMIUM overrides."""
+    return os.environ.get("COEVO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+
+
+class BrowserSession:
+    """A lazily started Chromium confined to one origin (`http://127.0.0.1:<port>`)."""
+
+    def __init__(self, origin: str, *, action_timeout_s: float = 8.0, viewport: tuple[int, int] = (1280, 900)) -> None:
+        self.origin = origin.rstrip("/")
+        self.action_timeout_s = action_timeout_s
+        self.hard_limit_s = action_timeout_s + 6.0  # beyond Playwright's own timeout: the page/driver is hung
+        self.viewport = viewport
+        self.launches = 0
+        self._marker = f"--coevo-browser={uuid.uuid4().hex}"  # lets close() find exactly this Chromium
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pw: Any = None
+        self._browser: Any = None
+        self._page: Any = None
+        self._page_crashed = False
+        self._blocked: list[str] = []
+        self._procs: dict[int, psutil.Process] = {}  # objects, not pids: psutil refuses to signal a reused pid
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self._browser is not None
+
+    def _ensure_thread(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=loop.run_forever, name="coevo-browser", daemon=True)
+            self._thread.start()
+            self._loop = loop
+        return self._loop
+
+    async def run(self, action: Callable[[Any], Awaitable[T]]) -> T:
+        """Run `action(page)` on the browser thread under the hard per-action limit."""
+        loop = self._ensure_thread()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guarded(action), loop))
+
+    async def _guarded(self, action: Callable[[Any], Awaitable[T]]) -> T:
+        from playwright.async_api import Error as PlaywrightError
+
+        page = await self._ensure_page()
+        self._blocked.clear()
+        try:
+            return await asyncio.wait_for(action(page), timeout=self.hard_limit_s)
+        except asyncio.TimeoutError:
+            await self._shutdown_browser(kill=True)
+            raise ToolError(f"the page did not respond within {self.hard_limit_s:.0f} s and was killed; the browser "
+                            "will restart on the next action (open a page again with goto)") from None
+        except PlaywrightError as e:
+            if self._page_crashed or self._browser is None or not self._browser.is_connected():
+                await self._shutdown_browser(kill=True)
+                raise ToolError("the page or browser crashed during this action; a fresh browser starts on the next "
+                                "action (open a page again with goto)") from None
+            msg = str(e).split("\n")[0].strip()
+            if "Timeout" in type(e).__name__ or "Timeout" in msg:
+                if not await self._responsive(page):
+                    raise ToolError(f"the page stopped responding (timed out after {self.action_timeout_s:.0f} s) "
+                                    "and was killed; open a page again with goto") from None
+                raise ToolError(f"timed out after {self.action_timeout_s:.0f} s: {msg}") from None
+            raise ToolError(msg) from None
+
+    async def _responsive(self, page: Any) -> bool:
+        """After a timeout: is the page's main thread alive? If not, kill the page (or the whole browser)."""
+        try:
+            await asyncio.wait_for(page.evaluate("1"), timeout=1.5)
+            return True
+        except Exception:
+            pass
+        self._page = None
+        try:
+            await asyncio.wait_for(page.context.close(), timeout=3)
+        except Exception:
+            await self._shutdown_browser(kill=True)
+        return False
+
+    async def _ensure_page(self) -> Any:
+        from playwright.async_api import async_playwright
+
+        if self._browser is not None and not self._browser.is_connected():
+            await self._shutdown_browser(kill=True)
+            raise ToolError("the browser crashed; a fresh browser starts on the next action (open a page with goto)")
+        if self._page is not None and self._page_crashed:
+            await self._page.close()
+            self._page, self._page_crashed = None, False
+            raise ToolError("the page crashed; a fresh blank page is open (open a page again with goto)")
+        if self._browser is None:
+            if self._pw is None:
+                self._pw = await async_playwright().start()
+            self._browser = await self._pw.chromium.launch(
+                executable_path=chromium_path(), args=[*CHROMIUM_ARGS, self._marker], timeout=30_000)
+            self.launches += 1
+            self._procs.update((p.pid, p) for p in self._browser_processes())
+        if self._page is None:
+            ctx = await self._browser.new_context(viewport={"width": self.viewport[0], "height": self.viewport[1]},
+                                                  java_script_enabled=True, service_workers="block")
+            ctx.set_default_timeout(self.action_timeout_s * 1000)
+            ctx.set_default_navigation_timeout(self.action_timeout_s * 1000)
+            await ctx.route("**/*", self._route)
+            self._page = await ctx.new_page()
+            self._page.on("crash", lambda _p: setattr(self, "_page_crashed", True))
+        return self._page
+
+    async def _route(self, route: Any) -> None:
+        """Only this environment's server is reachable; any other request is aborted (and reported)."""
+        url = route.request.url
+        if url == self.origin or url.startswith(self.origin + "/"):
+            await route.continue_()
+        else:
+            if route.request.is_navigation_request():
+                self._blocked.append(url)
+            await route.abort("blockedbyclient")
+
+    def _browser_processes(self) -> list[psutil.Process]:
+        """This session's Chromium (found by its marker switch), its helpers and its Playwright driver."""
+        found: list[psutil.Process] = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if self._marker in child.cmdline():
+                    found.append(child)
+                    found.extend(child.children(recursive=True))
+                    parent = child.parent()
+                    if parent is not None and parent.pid != os.getpid():
+                        found.append(parent)  # the node driver that launched it
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    async def _shutdown_browser(self, *, kill: bool) -> None:
+        browser, self._browser, self._page, self._page_crashed = self._browser, None, None, False
+        if browser is not None and not kill:
+            try:
+                await asyncio.wait_for(browser.close(), timeout=5)
+            except Exception:  # already dead or hung: the kill below is the real guarantee
+                pass
+        self._kill_leftovers(include_driver=False)
+        if browser is not None and kill:
+            try:
+                await asyncio.wait_for(browser.close(), timeout=2)
+            except Exception:
+                pass
+
+    def _kill_leftovers(self, *, include_driver: bool) -> None:
+        procs = {p.pid: p for p in self._browser_processes()}
+        for pid, proc in self._procs.items():
+            if pid not in procs and proc.is_running():
+                procs[pid] = proc
+        killed: list[psutil.Process] = []
+        for p in procs.values():
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    continue  # already dead
+                name = p.name()
+                if not include_driver and "node" in name:
+                    continue
+                if include_driver or self._marker in p.cmdline() or "chrom" in name:
+                    p.send_signal(signal.SIGKILL)
+                    killed.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        for p in killed:
+            try:
+                if p.ppid() == os.getpid():
+                    p.wait(timeout=2)  # reap our own child (the driver)
+                    continue
+                for _ in range(40):  # others: dead once gone or a zombie awaiting its (new) parent's reaping
+                    if p.status() == psutil.STATUS_ZOMBIE:
+                        break
+                    time.sleep(0.05)
+            except (psutil.NoSuchProcess, psutil.TimeoutExpired, ChildProcessError):
+                continue
+
+    async def _shutdown(self) -> None:
+        await self._shutdown_browser(kill=False)
+        pw, self._pw = self._pw, None
+        if pw is not None:
+            try:
+                await asyncio.wait_for(pw.stop(), timeout=5)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Stop Chromium and the driver, then kill anything left. Safe to call twice, from any thread but ours."""
+        loop, thread = self._loop, self._thread
+        if loop is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=15)
+        except Exception:
+            pass
+        self._kill_leftovers(include_driver=True)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=5)
+        if not loop.is_running():
+            loop.close()
+        self._loop, self._thread, self._pw, self._browser, self._page = None, None, None, None, None
+        self._procs.clear()
+
+    # --- helpers the tools use (run on the browser thread) ------------------------------------------
+    def resolve_url(self, url: str) -> str:
+        url = url.strip()
+        if url.startswith("/"):
+            return self.origin + url
+        parts = urlsplit(url)
+        own = urlsplit(self.origin)
+        host_ok = parts.hostname in ("127.0.0.1", "localhost") and parts.port == own.port
+        if parts.scheme != "http" or not host_ok:
+            raise ToolError(f"'{url[:200]}' is not a page of this shop server; only paths such as /products "
+                            "(or full URLs on this server) may be opened")
+        return urljoin(self.origin, parts.path + (f"?{parts.query}" if parts.query else ""))
+
+    def rel(self, url: str) -> str:
+        return url[len(self.origin):] or "/" if url.startswith(self.origin) else url
+
+    @staticmethod
+    def check_ref(ref: str) -> str:
+        if not _REF_RE.match(ref):
+            raise ToolError(f"ref '{ref[:60]}' is not valid: use a ref shown by read_page, such as 'save' or 'e12'")
+        return ref
+
+    @staticmethod
+    def check_key(key: str) -> str:
+        if not _KEY_RE.match(key):
+            raise ToolError(f"key '{key[:40]}' is not valid: use a key name such as Enter, Tab, ArrowDown or Control+a")
+        return key
+
+    async def locate(self, page: Any, ref: str) -> Any:
+        ref = self.check_ref(ref)
+        loc = page.locator(f'[id="{ref}"], [data-coevo-ref="{ref}"]').first
+        if await page.locator(f'[id="{ref}"], [data-coevo-ref="{ref}"]').count() == 0:
+            raise ToolError(f"no element with ref '{ref}' on {self.rel(page.url)}; call read_page to see the current refs")
+        if not await loc.is_visible():
+            raise ToolError(f"element '{ref}' is on the page but not visible")
+        return loc
+
+    async def settle(self, page: Any) -> str:
+        """After an action: refuse off-origin results, then describe where we are and any message shown."""
+        try:
+            await page.wait_for_load_state("load", timeout=self.action_timeout_s * 1000)
+        except Exception:
+            pass
+        if self._blocked:
+            blocked = self._blocked[0]
+            self._blocked.clear()
+            raise ToolError(f"navigation to '{blocked[:200]}' was blocked: only pages of this shop server can be opened")
+        if not (page.url == "about:blank" or page.url.startswith(self.origin)):
+            raise ToolError(f"the page left this shop server ({page.url[:100]}); open a page with goto")
+        messages = await page.eval_on_selector_all(
+            "[role=alert], [role=status]", "els => els.map(e => e.getAttribute('role') + ': ' + e.innerText.trim())")
+        title = await page.title()
+        out = f"OK. Now at {self.rel(page.url)} — \"{title}\"."
+        if messages:
+            out += " " + " ".join(messages)
+        return out
+
+    async def snapshot(self, page: Any, max_chars: int, start: int = 0) -> str:
+        snap = await page.evaluate(SNAPSHOT_JS)
+        top = snap["scrollY"]
+        head = [f"URL: {self.rel(page.url)}", f"Title: {snap['title']}"]
+        above = [ln for ln in snap["lines"] if ln["y"] < top - 2]
+        visible = [ln for ln in snap["lines"] if ln["y"] >= top - 2]
+        if above:
+            head.append(f"[{len(above)} lines above the scroll position: scroll up to see them]")
+        if start:
+            if start >= len(visible):
+                raise ToolError(f"start={start} is past the end of the page ({len(visible)} lines)")
+            head.append(f"[lines {start}+ of {len(visible)}]")
+        body: list[str] = []
+        used = sum(len(h) + 1 for h in head)
+        for i in range(start, len(visible)):
+            ln = visible[i]
+            text = "  " * ln["d"] + ln["t"]
+            if used + len(text) + 1 > max_chars:
+                body.append(f"[... {len(visible) - i} more lines: read_page(start={i}) continues here]")
+                break
+            body.append(text)
+            used += len(text) + 1
+        return "\n".join(head + body)

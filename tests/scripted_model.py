@@ -1,0 +1,128 @@
+"""Test helpers: a scripted model behind LiteLLM's custom-provider interface and a tiny counter environment.
+
+The scripted model is a stand-in for an external model (like the `oracle/<family>` provider): it goes
+through the real `ModelClient` and the real rollout runtime, and answers call number i with `steps[i]`
+(a final text once the script runs out). It records every conversation it was sent, so tests can check
+what the model saw (injected messages, truncated tool results, context windows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+from litellm import CustomLLM
+
+from agents.client import _ensure_custom_providers
+from agents.records import ModelRole
+from tasks.base import Environment
+from tasks.records import TaskInstance, Verdict
+from tasks.tooling import ToolError, tool
+
+
+@dataclass
+class Step:
+    """One scripted answer: tool calls [(name, arguments dict or raw string)], or final text; optional delay."""
+
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    text: str = "done"
+    sleep_s: float = 0.0
+
+
+@dataclass
+class Script:
+    steps: list[Step]
+    seen: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
+_SCRIPTS: dict[str, Script] = {}  # test-only registry, keyed by a fresh uuid per script
+
+
+class ScriptedLLM(CustomLLM):
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
+        script = _SCRIPTS[model.split("/", 1)[-1]]
+        i = len(script.seen)
+        script.seen.append(json.loads(json.dumps(messages)))
+        step = script.steps[i] if i < len(script.steps) else Step()
+        if step.sleep_s:
+            await asyncio.sleep(step.sleep_s)
+        if step.calls:
+            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"s{i}_{j}", "type": "function",
+                 "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for j, (name, args) in enumerate(step.calls)]}
+            finish = "tool_calls"
+        else:
+            message, finish = {"role": "assistant", "content": step.text}, "stop"
+        return litellm.ModelResponse(model=model, choices=[{"index": 0, "message": message, "finish_reason": finish}],
+                                     usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+
+
+def _register() -> None:
+    _ensure_custom_providers()
+    if not any(p.get("provider") == "scripted" for p in litellm.custom_provider_map or []):
+        litellm.custom_provider_map = [*litellm.custom_provider_map, {"provider": "scripted", "custom_handler": ScriptedLLM()}]
+        litellm.utils.custom_llm_setup()
+
+
+def scripted(steps: list[Step], **role_options: Any) -> tuple[ModelRole, Script]:
+    _register()
+    role_options.setdefault("input_cost_per_token", 1e-12)  # a known price: the client then skips LiteLLM's price map
+    key = uuid.uuid4().hex
+    _SCRIPTS[key] = Script(steps=steps)
+    return ModelRole(model=f"scripted/{key}", retries=0, **role_options), _SCRIPTS[key]
+
+
+class CounterEnv(Environment):
+    """A tiny deterministic environment: a running total; solved when total == payload['target']."""
+
+    def _setup(self) -> None:
+        self.total = 0
+        self.calls: list[tuple[str, Any]] = []  # every call that reached the environment
+
+    def verify(self) -> Verdict:
+        return Verdict.from_checks({"total": self.total == self.instance.payload["target"],
+                                    "answered": self.final_answer is not None})
+
+    @tool
+    def add(self, n: int) -> str:
+        """Add n to the total.
+
+        Args:
+            n: the amount to add.
+        """
+        self.calls.append(("add", n))
+        self.total += n
+        return f"total is now {self.total}"
+
+    @tool
+    def get_total(self) -> str:
+        """Read the total."""
+        self.calls.append(("get_total", None))
+        return str(self.total)
+
+    @tool
+    def fail(self) -> str:
+        """A tool that always fails."""
+        self.calls.append(("fail", None))
+        raise ToolError("this tool always fails")
+
+    @tool
+    def dump(self, size: int) -> str:
+        """Return a long text: HEAD, size filler characters, TAIL.
+
+        Args:
+            size: number of filler characters.
+        """
+        self.calls.append(("dump", size))
+        return "HEAD-" + "x" * size + "-TAIL"
+
+
+def counter_env(target: int = 5) -> CounterEnv:
+    inst = TaskInstance(id="counter/0", family="counter", index=0, split="train", instruction=f"Make the total {target}.",
+                        difficulty="easy", seed=0, payload={"target": target})
+    return CounterEnv(inst)

@@ -1,0 +1,147 @@
+"""Evaluation statistics and the report, on Trajectory records built here and stored as real Parquet."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from agents.records import Trajectory, TurnRecord
+from agents.trajectory_table import read_frame, write_trajectories
+from analysis.report import build_report, write_report
+from analysis.stats import (
+    OVERALL,
+    cost_latency_table,
+    family_table,
+    fmt_mean_sem,
+    paired_bootstrap,
+    pass_hat_k,
+    pass_k_table,
+    wide_table,
+)
+from tasks.records import TaskInstance, Verdict
+
+
+def traj(family: str, index: int, seed: int, score: float, model: str = "m", cost: float = 0.0,
+         wall: float = 1.0, turns: int = 2) -> Trajectory:
+    inst = TaskInstance(id=f"{family}/{index}", family=family, index=index, split="test", instruction=f"do {index}",
+                        difficulty="easy", seed=index)
+    return Trajectory(
+        instance=inst, harness_id="h0", model_id=model, seed=seed, messages=[{"role": "user", "content": "x"}],
+        turns=[TurnRecord(index=i, assistant={"role": "assistant", "content": "y"}, cost_usd=cost / turns,
+                          prompt_tokens=10, completion_tokens=5) for i in range(turns)],
+        stop_reason="submitted", verdict=Verdict(score=score), wall_s=wall, tag="rollout",
+    ).with_id()
+
+
+def frame_of(tmp_path: Path, pairs: dict[str, list[Trajectory]]) -> pl.DataFrame:
+    """Write each pair's trajectories to Parquet and read them back with a `pair` column, like the flows do."""
+    frames = []
+    for label, ts in pairs.items():
+        path = write_trajectories(tmp_path / f"{label}.parquet", ts)
+        frames.append(read_frame(path).with_columns(pl.lit(label).alias("pair")))
+    return pl.concat(frames)
+
+
+def test_family_table_mean_and_sem_over_seeds(tmp_path: Path) -> None:
+    # family a: seed 0 -> 2/2 pass, seed 1 -> 1/2, seed 2 -> 0/2  => rates 1, .5, 0; mean .5, SEM = .5/sqrt(3)
+    # family b: every seed 1/2 => mean .5, SEM 0
+    ts = []
+    for seed, passes in enumerate([(1, 1), (1, 0), (0, 0)]):
+        ts += [traj("a", i, seed, float(p)) for i, p in enumerate(passes)]
+        ts += [traj("b", i, seed, float(i == 0)) for i in range(2)]
+    frame = frame_of(tmp_path, {"student": ts})
+    long = {r["family"]: r for r in family_table(frame).iter_rows(named=True)}
+    assert long["a"]["mean"] == pytest.approx(0.5)
+    assert long["a"]["sem"] == pytest.approx(0.5 / math.sqrt(3))
+    assert long["b"]["sem"] == pytest.approx(0.0)
+    # overall per seed = mean of family rates: (1+.5)/2, (.5+.5)/2, (0+.5)/2 = .75, .5, .25
+    assert long[OVERALL]["mean"] == pytest.approx(0.5)
+    assert long[OVERALL]["sem"] == pytest.approx(0.25 / math.sqrt(3))
+    assert long["a"]["n_seeds"] == 3 and long["a"]["n_instances"] == 2
+    rows = wide_table(frame, order=["student"])
+    assert [r["family"] for r in rows] == ["a", "b", OVERALL]
+    assert rows[0]["student"] == "50.0 ± 28.9"
+
+
+def test_partial_scores_count_as_failures_unless_metric_score(tmp_path: Path) -> None:
+    frame = frame_of(tmp_path, {"p": [traj("a", 0, 0, 0.5), traj("a", 1, 0, 1.0)]})
+    assert family_table(frame).filter(pl.col("family") == "a")["mean"][0] == pytest.approx(0.5)
+    assert family_table(frame, metric="score").filter(pl.col("family") == "a")["mean"][0] == pytest.approx(0.75)
+    assert fmt_mean_sem(0.5, float("nan")) == "50.0 ± –"
+
+
+def test_pass_hat_k_formula_and_table(tmp_path: Path) -> None:
+    assert pass_hat_k(3, 3, 3) == 1.0
+    assert pass_hat_k(3, 2, 1) == pytest.approx(2 / 3)
+    assert pass_hat_k(3, 2, 2) == pytest.approx(1 / 3)
+    assert pass_hat_k(3, 2, 3) == 0.0
+    with pytest.raises(ValueError, match="pass\\^k"):
+        pass_hat_k(3, 4, 1)
+    # instance 0 passes all 3 seeds, instance 1 passes 1 of 3
+    ts = [traj("a", 0, s, 1.0) for s in range(3)] + [traj("a", 1, s, float(s == 0)) for s in range(3)]
+    pk = {(r["family"], r["k"]): r["pass_k"] for r in pass_k_table(frame_of(tmp_path, {"p": ts})).iter_rows(named=True)}
+    assert pk[("a", 1)] == pytest.approx((1 + 1 / 3) / 2)
+    assert pk[("a", 3)] == pytest.approx(0.5)
+    assert pk[(OVERALL, 3)] == pytest.approx(0.5)
+
+
+def test_paired_bootstrap_detects_a_real_gap_and_not_a_null_one(tmp_path: Path) -> None:
+    n, seeds = 20, 3
+    good = [traj("a", i, s, 1.0 if i < 18 else 0.0, model="good") for i in range(n) for s in range(seeds)]
+    bad = [traj("a", i, s, 1.0 if i < 4 else 0.0, model="bad") for i in range(n) for s in range(seeds)]
+    same = [traj("a", i, s, 1.0 if i < 4 else 0.0, model="same") for i in range(n) for s in range(seeds)]
+    frame = frame_of(tmp_path, {"good": good, "bad": bad, "same": same})
+    d = paired_bootstrap(frame, "good", "bad", n_boot=1000, seed=1)
+    assert d.diff == pytest.approx(0.7)
+    assert d.n_units == n * seeds and d.n_instances == n
+    assert 0 < d.ci_low <= d.diff <= d.ci_high < 1 and d.significant
+    assert paired_bootstrap(frame, "good", "bad", n_boot=1000, seed=1) == d  # seeded: reproducible
+    null = paired_bootstrap(frame, "same", "bad", n_boot=500)
+    assert null.diff == 0.0 and null.ci_low == 0.0 and null.ci_high == 0.0 and not null.significant
+
+
+def test_paired_bootstrap_uses_only_shared_units(tmp_path: Path) -> None:
+    a = [traj("a", i, 0, 1.0) for i in range(4)]
+    b = [traj("a", i, 0, 0.0) for i in range(2, 6)]  # overlaps on instances 2, 3
+    d = paired_bootstrap(frame_of(tmp_path, {"a": a, "b": b}), "a", "b", n_boot=100)
+    assert d.n_units == 2 and d.diff == 1.0
+    disjoint = frame_of(tmp_path, {"a": a[:2], "b": b[2:]})
+    with pytest.raises(ValueError, match="share no"):
+        paired_bootstrap(disjoint, "a", "b")
+
+
+def test_cost_latency_per_rollout(tmp_path: Path) -> None:
+    ts = [traj("a", 0, 0, 1.0, cost=0.02, wall=2.0, turns=2), traj("a", 1, 0, 0.0, cost=0.04, wall=4.0, turns=4)]
+    row = cost_latency_table(frame_of(tmp_path, {"p": ts})).row(0, named=True)
+    assert row["rollouts"] == 2
+    assert row["cost_usd_mean"] == pytest.approx(0.03) and row["cost_usd_total"] == pytest.approx(0.06)
+    assert row["wall_s_mean"] == pytest.approx(3.0) and row["turns_mean"] == pytest.approx(3.0)
+    assert row["tokens_mean"] == pytest.approx(45.0)
+
+
+def test_report_writes_markdown_and_pngs_from_rows(tmp_path: Path) -> None:
+    student = [traj(f, i, s, float(i == 0 and s < 2), model="tiny", wall=3.0) for f in ("a", "b") for i in range(3) for s in range(3)]
+    expert = [traj(f, i, s, 1.0, model="oracle", wall=0.5) for f in ("a", "b") for i in range(3) for s in range(3)]
+    frame = frame_of(tmp_path, {"student": student, "expert": expert})
+    rep = build_report(frame, ["student", "expert"], title="Eval", meta={"run": "r1"}, n_boot=200)
+    assert rep.n_rollouts == 36
+    by_fam = {r["family"]: r for r in rep.family_rows}
+    # student: per seed family a = 1/3, 1/3, 0 -> mean 22.2
+    assert by_fam["a"]["student"].startswith("22.2 ± ")
+    assert by_fam[OVERALL]["expert"] == "100.0 ± 0.0"
+    assert "| overall |" in rep.markdown and "pass^k" in rep.markdown and "Paired difference" in rep.markdown
+    ov = next(p for p in rep.paired if p.family == OVERALL)
+    assert ov.a == "expert" and ov.b == "student" and ov.diff == pytest.approx(1 - 4 / 18)
+    paths = write_report(rep, frame, tmp_path / "rep", ["student", "expert"])
+    assert paths["report"].read_text() == rep.markdown
+    for key in ("family_success", "cost_vs_success"):
+        assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[key].stat().st_size > 5000
+
+
+def test_report_refuses_an_empty_frame(tmp_path: Path) -> None:
+    empty = read_frame(tmp_path).with_columns(pl.lit("x").alias("pair"))
+    with pytest.raises(ValueError, match="no trajectories"):
+        build_report(empty, ["x"], title="t")

@@ -1,0 +1,196 @@
+"""The evaluation flow under Prefect's test harness, against the real tiny model on vLLM CPU.
+
+- fault once in `evaluate` -> the run fails -> `coevo run --resume` finishes it without re-running the
+  stored rollouts (counted with the vLLM server's own request counter), then the report and artifacts;
+- the run's own vLLM server is killed in the middle of `collect_rollouts` -> the stage retries, the server
+  is restarted, every job has exactly one trajectory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import polars as pl
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from agents.trajectory_table import read_frame
+from deploy.vllm_server import free_port, is_ready
+from flows.cli import app
+from flows.config import parse_config
+from flows.store import RunStore
+
+pytestmark = pytest.mark.vllm
+FAMILIES = ["payroll_audit", "anomaly_detection"]  # quick environments; the flow is the subject here
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_harness() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=240):
+        yield
+
+
+def _reset_prefect_logging() -> None:
+    """Prefect's console handler keeps the stderr it saw at setup; CliRunner closes its own after each invoke."""
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging(incremental=False)
+
+
+@pytest.fixture(autouse=True)
+def fresh_prefect_logging() -> Iterator[None]:
+    _reset_prefect_logging()
+    yield
+
+
+def invoke(args: list[str]):  # noqa: ANN201 - click's Result
+    result = CliRunner().invoke(app, args)
+    _reset_prefect_logging()
+    return result
+
+
+def vllm_requests(api_base: str) -> float:
+    """Finished requests the server has counted (its Prometheus counter), all labels summed."""
+    text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+
+
+def _config(tmp_path: Path, api_base: str, **extra: object) -> dict:
+    return {
+        "name": "flowtest",
+        "runs_dir": str(tmp_path / "runs"),
+        "models": {"student": {"model": "hosted_vllm/tiny", "api_base": api_base, "max_tokens": 32},
+                   "expert": {"model": "oracle/{family}"}},
+        "families": FAMILIES,
+        "evaluation": {"n_instances": 2, "seeds": 2, "bootstrap_samples": 200,
+                       "pairs": [{"model": "student", "tool_choice": "required"}, {"model": "expert"}]},
+        "limits": {"max_turns": 5, "max_tokens_per_turn": 32, "wall_s": 120},  # the oracle needs 5 on anomaly_detection
+        "ray": {"num_cpus": 2, "actors": 2},
+        **extra,
+    }
+
+
+def test_fault_in_evaluate_then_resume_reuses_rollouts(tmp_path: Path, vllm_server: str, ray_local: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(_config(tmp_path, vllm_server)))
+    monkeypatch.setenv("COEVO_TEST_FAULT", "evaluate_once")
+    before = vllm_requests(vllm_server)
+    first = invoke(["run", "--config", str(cfg_path)])
+    assert first.exit_code == 1, first.output
+    assert "injected fault" in first.output and "--resume" in first.output
+    (run_id,) = os.listdir(tmp_path / "runs")
+    store = RunStore(tmp_path / "runs", run_id)
+    student_files = sorted((store.root / "trajectories" / "evaluate" / "student").glob("*.parquet"))
+    assert len(student_files) == len(FAMILIES) * 2  # all student chunks were stored before the fault
+    assert not (store.root / "trajectories" / "evaluate" / "expert").exists()
+    after_first = vllm_requests(vllm_server)
+    student = read_frame(store.root / "trajectories" / "evaluate" / "student")
+    assert after_first - before == student["n_turns"].sum() > 0  # one vLLM request per student turn
+    mtimes = {f: f.stat().st_mtime_ns for f in student_files}
+
+    resumed = invoke(["run", "--resume", run_id, "--runs-dir", str(tmp_path / "runs")])
+    assert resumed.exit_code == 0, resumed.output
+    assert vllm_requests(vllm_server) == after_first  # no student rollout ran again
+    assert {f: f.stat().st_mtime_ns for f in student_files} == mtimes
+    assert "student: 0 run / 8" in " ".join(resumed.output.split())
+    out = " ".join(resumed.output.split())
+    for fam in [*FAMILIES, "overall"]:
+        assert fam in out
+    report = store.root / "reports" / "report.md"
+    assert str(report) in out.replace(" ", "") or "report.md" in out
+
+    # every number in the report comes from the stored trajectories
+    frame = read_frame(store.root / "trajectories" / "evaluate")
+    assert frame.height == 2 * len(FAMILIES) * 2 * 2 and frame["id"].n_unique() == frame.height
+    expert = read_frame(store.root / "trajectories" / "evaluate" / "expert")
+    assert f"| overall | {overall_cell(student)} | {overall_cell(expert)} |" in report.read_text()
+    for png in ("family_success.png", "cost_vs_success.png"):
+        assert (store.root / "reports" / png).stat().st_size > 5000
+    assert set(store.done("evaluate")) == {"student", "expert"}
+
+    # Prefect artifacts: progress, one table per evaluation, the report, the run directory link
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        keys = {a.key for a in client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=run_id.lower()[:8])))}
+    slug_id = run_id.lower()
+    assert {f"eval-{slug_id}-student", f"eval-{slug_id}-expert", f"report-{slug_id}", f"run-dir-{slug_id}",
+            f"progress-{slug_id}-student"} <= keys
+
+    # `coevo report RUN_ID` rebuilds the same report from the store
+    report.unlink()
+    again = invoke(["report", run_id, "--runs-dir", str(tmp_path / "runs")])
+    assert again.exit_code == 0, again.output
+    assert "| overall |" in report.read_text()
+
+
+def overall_cell(frame: pl.DataFrame) -> str:
+    """The report's overall cell recomputed by hand: per seed the mean of family rates, then mean ± SEM."""
+    per_seed = []
+    for seed in sorted(set(frame["seed"])):
+        rows = frame.filter(pl.col("seed") == seed)
+        fams = sorted(set(rows["family"]))
+        per_seed.append(statistics.mean(rows.filter(pl.col("family") == f)["passed"].mean() for f in fams))
+    sem = statistics.stdev(per_seed) / math.sqrt(len(per_seed))
+    return f"{100 * statistics.mean(per_seed):.1f} ± {100 * sem:.1f}"
+
+
+def _kill_when_first_chunk_lands(runs_dir: Path, port: int, killed: list[int], stop: threading.Event) -> None:
+    """Wait for the first stored student chunk, then SIGKILL the run's vLLM server (its whole process group)."""
+    while not stop.is_set():
+        chunks = list(runs_dir.glob("*/trajectories/evaluate/student/*.parquet"))
+        states = list(runs_dir.glob(f"*/logs/servers/{port}.json"))
+        if chunks and states:
+            pid = json.loads(states[0].read_text())["pid"]
+            os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+            return
+        time.sleep(0.1)
+
+
+def test_server_killed_mid_collect_is_restarted_and_no_job_is_lost(tmp_path: Path, tiny_model_dir: Path,
+                                                                   ray_local: None) -> None:
+    from flows.evaluation import evaluation_flow
+
+    port = free_port()
+    api_base = f"http://127.0.0.1:{port}/v1"
+    raw = _config(tmp_path, api_base)
+    raw["servers"] = [{"model": str(tiny_model_dir), "name": "tiny", "port": port, "max_model_len": 4096,
+                       "max_lora_rank": 8, "max_loras": 1}]
+    raw["evaluation"]["pairs"] = [{"model": "student", "tool_choice": "required"}]
+    raw["evaluation"]["n_instances"] = 3
+    raw["limits"]["max_turns"] = 3
+    # one episode at a time, in job order: the first chunk lands while three are still to run
+    raw["ray"] = {"num_cpus": 2, "actors": 1, "concurrency_per_server": 1}
+    config = parse_config(raw)
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_when_first_chunk_lands, args=(tmp_path / "runs", port, killed, stop), daemon=True)
+    killer.start()
+    try:
+        result = evaluation_flow(config, base_dir=str(tmp_path))
+    finally:
+        stop.set()
+    assert killed, "the server was never killed (the stage finished before the first chunk was seen)"
+    (summary,) = result.collected
+    assert summary["restarted_servers"] == ["tiny"]  # the retry found the server dead and restarted it
+    frame = read_frame(Path(result.run_dir) / "trajectories" / "evaluate" / "student")
+    jobs = len(FAMILIES) * 3 * 2
+    assert frame.height == jobs and frame["id"].n_unique() == jobs
+    assert frame.filter(pl.col("stop_reason").is_in(["model_error", "error"])).is_empty()
+    assert not is_ready(api_base)  # the restarted server belongs to the run and was stopped at its end

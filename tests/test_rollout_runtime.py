@@ -1,0 +1,184 @@
+"""The rollout runtime: limits and their stop reasons, prefix continuation, the oracle through run_episode
+on every installed family, and real tool-calling episodes against the tiny vLLM CPU server."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import tasks
+from agents.client import ModelClient
+from agents.records import STOP_REASONS, ModelRole
+from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
+from harness import Harness, Hook, PromptSection, baseline
+from harness.context import ContextPolicy
+from scripted_model import CounterEnv, Step, counter_env, scripted
+from tasks.records import Verdict
+
+ROLE = Harness(sections=[PromptSection(id="role", kind="role", text="You add numbers.")])
+HEAVY_FAMILIES = {"website_admin", "browser_automation"}  # a browser per oracle call: tens of seconds each
+
+
+def _tiny(api_base: str, **kw) -> ModelRole:
+    # temperature 1: at 0 the random tiny model repeats one unfinished call; sampled, it emits parsed calls
+    return ModelRole(model="hosted_vllm/tiny", api_base=api_base, temperature=1.0, retries=0, **kw)
+
+
+# the random model often stops without a parsed call (a truncated "<tool_call>..." text): refusing every
+# finish keeps it working, so vLLM episodes end by the limit under test
+NEVER_FINISH = Hook.model_validate({"id": "never-finish", "when": {"on": "on_finish"},
+                                    "then": {"do": "require", "tool": "no_such_tool", "message": "keep going"}})
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+async def test_max_turns():
+    role, script = scripted([Step(calls=[("get_total", {})])] * 10)
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0, limits=Limits(max_turns=3))
+    assert traj.stop_reason == "max_turns" and len(traj.turns) == 3 and len(script.seen) == 3
+    assert traj.verdict.failed_checks == ["total", "answered"] and traj.id and traj.tag == "rollout"
+    env.close()
+
+
+async def test_timeout_keeps_the_record_and_verdict():
+    role, _ = scripted([Step(calls=[("add", {"n": 5})]), Step(calls=[("get_total", {})], sleep_s=30)])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0, limits=Limits(wall_s=1.0))
+    assert traj.stop_reason == "timeout" and "wall-clock" in traj.error
+    assert len(traj.turns) == 1 and traj.wall_s < 5
+    assert traj.verdict.passed_checks == ["total"]  # verified in the state the episode reached
+    env.close()
+
+
+async def test_error_in_the_environment_becomes_stop_reason_error():
+    class Broken(CounterEnv):
+        def _setup(self) -> None:
+            raise RuntimeError("database missing")
+
+        def verify(self) -> Verdict:
+            raise RuntimeError("cannot verify")
+
+    role, _ = scripted([])
+    env = Broken(counter_env().instance)
+    traj = await run_episode(role, ROLE, env, seed=0)
+    assert traj.stop_reason == "error" and "database missing" in traj.error
+    assert traj.score == 0.0 and traj.verdict.failed_checks == ["verify_crashed"]
+
+
+async def test_prefix_continuation_replays_only_executed_calls():
+    hook = Hook.model_validate({"id": "no-9", "when": {"on": "before_tool_call", "tool": "add", "args": '"n": 9'},
+                                "then": {"do": "block", "message": "no nines"}})
+    h = ROLE.model_copy(update={"hooks": [hook], "tools": ROLE.tools.model_copy(update={"helpers": ["notes"]})})
+    role, _ = scripted([Step(calls=[("add", {"n": 1}), ("notes", {"text": "n1"})]), Step(calls=[("add", {"n": 9})]),
+                        Step(calls=[("add", {"n": 1})]), Step(text="first run")])
+    env = counter_env(5)
+    first = await run_episode(role, h, env, seed=0)
+    assert env.total == 2 and first.stop_reason == "submitted"
+    # the prefix: up to and including turn 1 (the blocked call), i.e. before the assistant message of turn 2
+    cut = [i for i, m in enumerate(first.messages) if m["role"] == "assistant"][2]
+    prefix = first.messages[:cut]
+    # an expert-style rewritten turn whose call has not run yet
+    rewritten = {"role": "assistant", "content": "Add the rest.", "tool_calls": [
+        {"id": "fix", "type": "function", "function": {"name": "add", "arguments": '{"n": 4}'}}]}
+    role2, script2 = scripted([Step(calls=[("notes", {})]), Step(text="total is 5")])
+    env2 = counter_env(5)
+    second = await run_episode(role2, h, env2, seed=0, prefix=[*prefix, rewritten], tag="correction")
+    assert env2.calls == [("add", 1), ("add", 4)]  # replayed add(1), not the blocked add(9); then the pending call
+    assert second.stop_reason == "submitted" and second.score == 1.0
+    assert [t.index for t in second.turns] == [0, 1, 2, 3, 4] and second.turns[2].tool_results[0].content == "total is now 5"
+    assert second.turns[3].tool_results[0].content == "1. n1"  # the scratchpad was rebuilt from the prefix
+    assert second.messages[: len(prefix)] == prefix and len(script2.seen[0]) == len(prefix) + 2  # + the rewritten turn and its answer
+    assert second.tag == "correction" and second.id != first.id
+    assert any(m["content"].startswith(BLOCKED_PREFIX) for m in prefix if m["role"] == "tool")
+    env.close()
+    env2.close()
+
+
+def _oracle_sample(family: str):
+    fam = tasks.get(family)
+    val = fam.instances("val")
+    return next((i for i in val if i.difficulty == fam.difficulties[-1]), val[0])
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in HEAVY_FAMILIES else f
+                                    for f in tasks.families()])
+async def test_oracle_provider_through_run_episode_scores_one(family):
+    inst = _oracle_sample(family)
+    env = tasks.make_env(inst)
+    try:
+        traj = await run_episode(ModelRole(model=f"oracle/{family}"), baseline(family), env, seed=0,
+                                 limits=Limits(max_turns=80))
+    finally:
+        env.close()
+    assert traj.stop_reason == "submitted", traj.error
+    assert traj.score == 1.0, traj.verdict.feedback
+    assert all(t.malformed_tool_calls == 0 for t in traj.turns)
+
+
+@pytest.mark.vllm
+async def test_real_tool_calling_episode_on_vllm(vllm_server):
+    family = tasks.families()[0]
+    inst = tasks.instances(family, "train")[0]
+    env = tasks.make_env(inst)
+    h = baseline(family).model_copy(update={
+        "context": ContextPolicy(max_tool_result_chars=400, keep_last_turns=2),
+        "hooks": [Hook.model_validate({"id": "every", "when": {"on": "before_tool_call"}, "then": {"do": "inject", "message": "careful"}}),
+                  NEVER_FINISH],
+    })
+    traj = await run_episode(_tiny(vllm_server), h, env, seed=3, tool_choice="required",
+                             limits=Limits(max_turns=6, max_tokens_per_turn=96))
+    env.close()
+    assert traj.stop_reason == "max_turns", traj.error
+    assert len(traj.turns) == 6 and traj.model_id == f"hosted_vllm/tiny@{vllm_server}"
+    calls = sum(len(t.tool_calls) for t in traj.turns)
+    assert calls >= 1  # guided decoding makes the random model call tools
+    for t in traj.turns:
+        assert t.prompt_tokens > 0 and t.completion_tokens > 0 and t.latency_s > 0
+        assert t.prompt_token_ids and t.completion_token_ids
+        assert len(t.tool_results) == len(t.tool_calls)
+    # every tool call has exactly one tool answer: the conversation is valid to send again
+    asked = [c["id"] for m in traj.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in traj.messages if m["role"] == "tool"]
+    assert sorted(asked) == sorted(answered)
+    fired = {tr.component_id for t in traj.turns for tr in t.triggers}
+    assert "hook:every" in fired
+    # each turn either called tools or had its finish refused
+    assert all(t.tool_calls or any(tr.component_id == "hook:never-finish" for tr in t.triggers) for t in traj.turns)
+
+
+@pytest.mark.vllm
+async def test_cost_cap_on_vllm(vllm_server):
+    env = tasks.make_env(tasks.instances(tasks.families()[0], "train")[0])
+    role = _tiny(vllm_server, input_cost_per_token=0.01, output_cost_per_token=0.01)
+    h = baseline(env.instance.family).model_copy(update={"hooks": [NEVER_FINISH]})
+    traj = await run_episode(role, h, env, seed=0, tool_choice="required",
+                             limits=Limits(cost_usd=1.0, max_tokens_per_turn=16))
+    env.close()
+    assert traj.stop_reason == "cost_cap" and len(traj.turns) == 1
+    assert traj.cost_usd == pytest.approx(0.01 * (traj.turns[0].prompt_tokens + traj.turns[0].completion_tokens))
+
+
+@pytest.mark.vllm
+async def test_context_overflow_on_vllm(vllm_server):
+    env = counter_env(5)
+    huge = ROLE.model_copy(update={"sections": [PromptSection(id="role", text="numbers " * 20_000)]})
+    traj = await run_episode(ModelClient(_tiny(vllm_server)), huge, env, seed=0)
+    env.close()
+    assert traj.stop_reason == "context_overflow" and traj.error and traj.turns == []
+    assert traj.verdict.failed_checks == ["total", "answered"]
+
+
+async def test_model_error_on_a_closed_port():
+    env = counter_env(5)
+    role = ModelRole(model="hosted_vllm/tiny", api_base=f"http://127.0.0.1:{_closed_port()}/v1", retries=0, timeout_s=5)
+    traj = await run_episode(role, ROLE, env, seed=0)
+    env.close()
+    assert traj.stop_reason == "model_error" and "Connect" in traj.error
+    assert traj.verdict.failed_checks == ["total", "answered"]
+    assert set(STOP_REASONS) >= {"submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "model_error", "error"}

@@ -1,0 +1,35 @@
+"""`coevo tasks check` over every family present: oracle 1.0 and do-nothing < 1.0 on every instance."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import tasks
+from flows.cli import app
+from tasks.check import run_check
+
+
+@pytest.mark.parametrize("family", tasks.families())  # one test per family: CI shows which one is slow
+def test_oracle_solves_and_do_nothing_fails_everywhere(family):
+    summaries, results, seconds = run_check([family], workers=2)
+    assert {(s.family, s.split) for s in summaries} == {(family, sp) for sp in ("train", "val", "test")}
+    assert len(results) == 100
+    bad = {s.family + "/" + s.split: s.failures[:5] for s in summaries if not s.ok}
+    assert not bad, bad
+    for r in results:
+        assert r.oracle.verdict.score == 1.0 and r.do_nothing.verdict.score < 1.0, r.instance_id
+
+
+def test_cli_list_and_check_exit_codes():
+    runner = CliRunner()
+    listed = runner.invoke(app, ["tasks", "list"])
+    assert listed.exit_code == 0, listed.output
+    for name in tasks.families():
+        assert name in listed.output
+    assert "sandbox backend" in listed.output
+    ok = runner.invoke(app, ["tasks", "check", "--family", "payroll_audit", "--split", "val", "--workers", "1"])
+    assert ok.exit_code == 0, ok.output
+    assert "payroll_audit" in ok.output and "FAIL" not in ok.output
+    bad = runner.invoke(app, ["tasks", "check", "--split", "nope"])
+    assert bad.exit_code != 0

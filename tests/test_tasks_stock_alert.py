@@ -1,0 +1,193 @@
+"""stock_alert: oracle 1.0 / do-nothing < 1.0 everywhere, wrong answers rejected, malformed calls harmless,
+generation deterministic across processes, replay exact."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tasks
+from tasks.policies import run_policy
+from tasks.records import FinalAnswer, Step, ToolCall
+from tasks.stock_alert import StockAlertEnv
+from tasks.stock_alert.data import expected_row, low_stock, render, threshold_of
+
+FAMILY = "stock_alert"
+
+
+def _env(index: int) -> StockAlertEnv:
+    env = tasks.make_env(tasks.get(FAMILY).generate(index))
+    env.reset()
+    assert isinstance(env, StockAlertEnv)
+    return env
+
+
+async def _finish(env: StockAlertEnv, limit: int = 200) -> list[Step]:
+    """Run the oracle from the env's current state until it answers."""
+    fam = tasks.get(FAMILY)
+    steps: list[Step] = []
+    for _ in range(limit):
+        action = fam.oracle_action(env, steps)
+        if isinstance(action, FinalAnswer):
+            await env.submit(action)
+            return steps
+        steps.append(Step(call=action, result=await env.call(action.name, action.arguments)))
+    raise AssertionError("oracle did not finish")
+
+
+def test_splits_and_difficulties() -> None:
+    insts = tasks.instances(FAMILY)
+    assert [i.index for i in insts] == list(range(100))
+    sizes = {s: sum(i.split == s for i in insts) for s in ("train", "val", "test")}
+    assert sizes == {"train": 20, "val": 20, "test": 60}
+    assert {i.difficulty for i in insts} == {"easy", "hard"}
+
+
+async def test_oracle_scores_one_and_do_nothing_less_on_every_instance() -> None:
+    for inst in tasks.instances(FAMILY):
+        oracle = await run_policy(inst, "oracle")
+        assert oracle.verdict.score == 1.0, (inst.id, oracle.verdict.feedback, oracle.error)
+        nothing = await run_policy(inst, "do_nothing")
+        assert nothing.verdict.score < 1.0, inst.id
+
+
+def test_generation_is_deterministic_across_processes() -> None:
+    code = ("import json, tasks; print(json.dumps([i.model_dump() for i in tasks.instances('stock_alert')], "
+            "sort_keys=True))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    here = json.dumps([i.model_dump() for i in tasks.instances(FAMILY)], sort_keys=True)
+    assert out.strip() == here
+
+
+@pytest.mark.parametrize("index", [0, 1, 6, 7])
+async def test_replay_reproduces_results_and_state(index: int) -> None:
+    env = _env(index)
+    steps = await _finish(env)
+    # a few errors in the middle must replay identically too
+    calls = [s.call for s in steps] + [ToolCall(name="read_sheet", arguments={"title": "nope"})]
+    first = await env.replay(calls)
+    state = env.state()
+    again = _env(index)
+    second = await again.replay(calls)
+    assert [s.result for s in first] == [s.result for s in second]
+    assert state == again.state()
+    assert again.verify().score == 1.0
+    env.close()
+    again.close()
+
+
+async def test_malformed_calls_are_errors_without_state_change() -> None:
+    env = _env(1)
+    steps = []
+    for _ in range(6):  # a partly done state: template and products read, sheet created
+        steps.append(await env.call(*_oracle_call(env)))
+    await env.call("create_sheet", {"title": "scratch", "columns": ["a", "b"]})
+    before = env.state()
+    bad: list[tuple[str, object]] = [
+        ("delete_everything", {}),
+        ("append_rows", "{not json"),
+        ("append_rows", "[1, 2]"),
+        ("append_rows", {"title": "scratch"}),
+        ("append_rows", {"title": "scratch", "rows": [["x", "y"]], "mode": "fast"}),
+        ("append_rows", {"title": "scratch", "rows": "x,y"}),
+        ("append_rows", {"title": "scratch", "rows": [["x", "y"], ["only one"]]}),  # validated before writing
+        ("append_rows", {"title": "missing", "rows": [["x", "y"]]}),
+        ("list_products", {"page": "two"}),
+        ("list_products", {"page": 99}),
+        ("create_sheet", {"title": "scratch", "columns": ["a"]}),
+        ("create_sheet", {"title": "t2", "columns": ["a", "a"]}),
+        ("delete_rows", {"title": "scratch", "row_numbers": [1]}),
+        ("send_email", {"to": "a@b.example, c@d.example", "subject": "s", "body": "b"}),
+        ("send_email", {"to": "nobody", "subject": "s", "body": "b"}),
+        ("send_email", {"to": "a@b.example", "subject": "s", "body": "x" * 300_000}),
+        ("send_email", {"to": "a@b.example", "subject": "s", "body": "x" * 50_000}),
+        ("send_email", {"to": "a@b.example", "subject": ["s"], "body": "b"}),
+    ]
+    for name, args in bad:
+        result = await env.call(name, args)  # type: ignore[arg-type]
+        assert result.is_error, (name, args, result.content)
+        assert result.content.startswith("Error:")
+        assert env.state() == before, (name, args)
+    env.close()
+
+
+async def test_oracle_recovers_from_a_student_state() -> None:
+    env = _env(3)
+    p = env.payload
+    await env.call("create_sheet", {"title": p.sheet_title, "columns": ["SKU", "Qty"]})  # wrong columns
+    await env.call("list_products", {"page": 1})
+    await _finish(env)
+    assert env.verify().score == 1.0
+    env2 = _env(5)
+    await env2.call("create_sheet", {"title": env2.payload.sheet_title, "columns": list(env2.payload.columns)})
+    not_low = next(pr for pr in env2.payload.products if pr not in low_stock(env2.payload))
+    row = expected_row(env2.payload, not_low)
+    await env2.call("append_rows", {"title": env2.payload.sheet_title, "rows": [row, row]})
+    await _finish(env2)
+    assert env2.verify().score == 1.0
+    env.close()
+    env2.close()
+
+
+def _oracle_call(env: StockAlertEnv) -> tuple[str, dict]:
+    action = tasks.get(FAMILY).oracle_action(env, [])
+    assert isinstance(action, ToolCall)
+    return action.name, action.arguments  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("index", range(10))
+async def test_verifier_rejects_plausible_wrong_answers(index: int) -> None:
+    async def solved() -> StockAlertEnv:
+        e = _env(index)
+        await _finish(e)
+        assert e.verify().score == 1.0
+        return e
+
+    p = _env(index).payload
+    low = low_stock(p)
+    title = p.sheet_title
+    at_plus_one = next(pr for pr in p.products if pr.stock == threshold_of(p, pr) + 1)
+    at_threshold = next(pr for pr in low if pr.stock == threshold_of(p, pr))
+
+    # 1. off-by-one rule (stock < threshold): the product exactly at the threshold is missing
+    env = await solved()
+    rows = [r for r in env.sheets[title]["rows"]]
+    idx = rows.index(expected_row(p, at_threshold)) + 1
+    await env.call("delete_rows", {"title": title, "row_numbers": [idx]})
+    assert "sheet_rows_complete" in env.verify().failed_checks
+    # 2. off-by-one the other way (stock <= threshold + 1): an extra row
+    env = await solved()
+    await env.call("append_rows", {"title": title, "rows": [expected_row(p, at_plus_one)]})
+    assert "sheet_rows_only_low_stock" in env.verify().failed_checks
+    # 3. an extra email about a product that is not low on stock
+    env = await solved()
+    to, subject, body = render(p, at_plus_one)
+    await env.call("send_email", {"to": to, "subject": subject, "body": body})
+    assert env.verify().failed_checks == ["no_extra_emails"]
+    # 4. a second email for one product
+    env = await solved()
+    to, subject, body = render(p, low[0])
+    await env.call("send_email", {"to": to, "subject": subject, "body": body})
+    assert "one_email_per_low_product" in env.verify().failed_checks
+    # 5. wrong column name
+    env = _env(index)
+    cols = ["SKU", "Product", "Qty"] + list(p.columns[3:])
+    await env.call("create_sheet", {"title": title, "columns": cols})
+    await env.call("append_rows", {"title": title, "rows": [expected_row(p, pr) for pr in low]})
+    for pr in low:
+        to, subject, body = render(p, pr)
+        await env.call("send_email", {"to": to, "subject": subject, "body": body})
+    v = env.verify()
+    assert "sheet_columns" in v.failed_checks and v.score < 1.0
+    # 6. an email with the stock figure left out of the body (template not filled in)
+    env = _env(index)
+    await env.call("create_sheet", {"title": title, "columns": list(p.columns)})
+    await env.call("append_rows", {"title": title, "rows": [expected_row(p, pr) for pr in low]})
+    for pr in low:
+        to, subject, body = render(p, pr)
+        await env.call("send_email", {"to": to, "subject": subject,
+                                      "body": body.replace(f": {pr.stock} units", ": {stock} units")})
+    assert env.verify().failed_checks == ["email_fields"]
