@@ -57,7 +57,7 @@ def test_bad_config_fails_before_any_server_starts(tmp_path: Path, patch: dict |
 
 def test_local_config_is_valid_and_small(tmp_path: Path) -> None:
     cfg = load_config(REPO / "deploy" / "configs" / "local.yaml")
-    preflight(cfg, REPO) if (REPO / ".cache" / "tiny-model").exists() else None
+    preflight(cfg, REPO)  # the tiny model may be missing: `tiny_model.out` says the run builds it
     assert [p.name for p in cfg.evaluation.pairs] == ["student", "expert"]
     assert cfg.evaluation.seeds == 3 and cfg.evaluation.split == "test" and cfg.families == ["all"]
     assert cfg.models["expert"].model == "oracle/{family}"
