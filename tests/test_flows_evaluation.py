@@ -194,3 +194,63 @@ def test_server_killed_mid_collect_is_restarted_and_no_job_is_lost(tmp_path: Pat
     assert frame.height == jobs and frame["id"].n_unique() == jobs
     assert frame.filter(pl.col("stop_reason").is_in(["model_error", "error"])).is_empty()
     assert not is_ready(api_base)  # the restarted server belongs to the run and was stopped at its end
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    # Two cores shared with the rest of the suite: torch's intra-op threads spin-wait and run 10-30x slower.
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_train_adapter_on_expert_successes_then_evaluate_it_and_resume_skips(
+        tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, one_torch_thread: None) -> None:
+    from deploy.vllm_server import served_models
+    from flows.evaluation import evaluation_flow
+
+    raw = _config(tmp_path, vllm_server)
+    raw["families"] = ["stock_alert"]
+    raw["evaluation"] = {"n_instances": 2, "seeds": 1, "bootstrap_samples": 100, "pairs": [{"model": "expert"}]}
+    raw["limits"] = {"max_turns": 30, "max_tokens_per_turn": 32, "wall_s": 120}
+    adapter = f"student@t{os.getpid()}"  # the session server outlives this test: a name no other run loaded
+    raw["training"] = {"source_pair": "expert", "base_model": str(tiny_model_dir), "adapter_name": adapter,
+                       "rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1, "max_len": 8192}
+    config = parse_config(raw)
+
+    result = evaluation_flow(config, base_dir=str(tmp_path))
+    rec = result.training
+    assert rec is not None and rec.adapter_name == adapter and rec.served_at == vllm_server
+    assert rec.source_trajectories == 2 and rec.dataset.examples == 2 and rec.dataset.trained_tokens > 0
+    assert rec.dataset_built and rec.seeds_trained == [0] and rec.seeds_reused == []
+    run = Path(result.run_dir)
+    served = run / "adapters" / adapter / "seed-0"
+    assert Path(rec.adapter_dir) == served and Path(rec.dataset_dir).parent == run / "datasets"
+    assert (served / "adapter_model.safetensors").stat().st_size > 0
+    summary = json.loads((served / "training_summary.json").read_text())
+    assert summary["config"]["rank"] == 8 and summary["examples"] == 2 and summary["steps"] == 1
+    assert adapter in served_models(vllm_server)
+
+    # the adapter pair ran through the served adapter (every turn a real vLLM call, none failed) and is reported
+    pair = adapter  # the pair's name: the role ('student') + '@' + the adapter's version
+    frame = read_frame(run / "trajectories" / "evaluate" / pair)
+    assert frame.height == 2 and set(frame["model_id"]) == {f"hosted_vllm/{adapter}@{vllm_server}"}
+    assert frame.filter(pl.col("stop_reason").is_in(["model_error", "error"])).is_empty()
+    assert result.report.pairs == ["expert", pair]
+    assert [c["pair"] for c in result.collected] == ["expert", pair]
+    assert set(RunStore(tmp_path / "runs", result.run_id).done("train_adapter")) == {adapter}
+    assert pair in (run / "reports" / "report.md").read_text()
+
+    # resume: dataset found, seed 0 not retrained, adapter files untouched, no rollout re-run
+    mtime = (served / "adapter_model.safetensors").stat().st_mtime_ns
+    requests = vllm_requests(vllm_server)
+    again = evaluation_flow(config, run_id=result.run_id, base_dir=str(tmp_path))
+    resumed = again.training
+    assert resumed is not None and not resumed.dataset_built
+    assert resumed.seeds_trained == [] and resumed.seeds_reused == [0]
+    assert (served / "adapter_model.safetensors").stat().st_mtime_ns == mtime
+    assert vllm_requests(vllm_server) == requests
+    assert [c["rollouts_run"] for c in again.collected] == [0, 0]

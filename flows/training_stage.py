@@ -1,0 +1,168 @@
+"""The `train_adapter` stage's work: stored trajectories -> dataset -> LoRA adapter(s) -> served under a name.
+
+    record = train_and_serve(config, store, repo_root)      # flows/evaluation.py wraps it as a Prefect task
+
+1. Data: the passed trajectories of the finished evaluation pair `training.source_pair` (the chunk files
+   `state.json` lists for it), masked `assistant`, rendered with the base model's tokenizer.
+2. `<run>/datasets/<key>`: the key hashes the source chunk keys, the filter, the mask, the tokenizer and the
+   length rule, so a resumed run finds the dataset and does not rebuild it.
+3. `<run>/adapters/<adapter_name>/seed-<s>`: `training.lora.train_seeds` skips seeds already finished with
+   the same config and data. A name is one adapter: a finished adapter made from other data or settings is
+   an error (bump the version, e.g. student@r2), because evaluation chunks of that name would be reused.
+4. Seed 0 is hot-loaded into the role's vLLM server under `adapter_name` (idempotent on a resumed run).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deploy import vllm_server
+from flows import servers
+from flows.config import AdapterConfig, RunConfig, TrainingConfig
+from flows.store import RunStore, content_key
+from training.config import TrainConfig
+from training.dataset import (
+    MANIFEST_FILE,
+    DatasetStats,
+    LengthRule,
+    Manifest,
+    build_dataset,
+    is_dataset,
+    load_tokenizer,
+    manifest_sha256,
+    tokenizer_fingerprint,
+    write_dataset,
+)
+from training.lora import SUMMARY_FILE, TrainSummary, finished, train_seeds
+
+log = logging.getLogger(__name__)
+
+STAGE = "train_adapter"
+MASK = "assistant"
+DATA_FILTER = "passed"  # verifier score 1.0: imitate successes only
+
+
+class TrainingRecord(BaseModel):
+    """What `train_adapter` made: JSON-able (a Prefect result and a `state.json` entry), no handles."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adapter_name: str = Field(description="Served name, e.g. student@r1.")
+    served_at: str = Field(description="api_base of the server that loaded seed 0.")
+    adapter_dir: str = Field(description="Seed-0 adapter directory (the one served).")
+    adapters_root: str = Field(description="<run>/adapters/<adapter_name>, one seed-<s>/ per training seed.")
+    dataset_dir: str
+    dataset_built: bool = Field(description="False when the dataset was found in the store (resume).")
+    dataset: DatasetStats
+    source_pair: str
+    source_trajectories: int = Field(description="Trajectories of the source pair read from the store.")
+    seeds_trained: list[int] = Field(description="Seeds trained by this call.")
+    seeds_reused: list[int] = Field(description="Seeds already finished with the same config and data (skipped).")
+    final_loss: dict[int, float] = Field(description="Seed -> loss of the last optimizer step.")
+
+
+def train_config(t: TrainingConfig) -> TrainConfig:
+    return TrainConfig(rank=t.rank, epochs=t.epochs, lr=t.lr)
+
+
+def length_rule(t: TrainingConfig) -> LengthRule:
+    return LengthRule(max_len=t.max_len, raised_max_len=2 * t.max_len)
+
+
+def _chat_template(config: RunConfig, repo_root: Path) -> Path | None:
+    """The template the role's server renders with, if the run sets one: training must render the same way."""
+    spec = config.server_for(config.models[config.training.role])  # type: ignore[union-attr]
+    if spec is None or not spec.chat_template:
+        return None
+    return Path(servers.resolve_spec(spec, repo_root).chat_template or "")
+
+
+def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tuple[Path, bool, int]:
+    """Build (or find) the dataset of the source pair's passed trajectories; (dir, built now, trajectories read)."""
+    t = config.training
+    assert t is not None
+    done = store.done("evaluate").get(t.source_pair)
+    if done is None:
+        raise ValueError(f"training.source_pair: pair '{t.source_pair}' has no finished evaluation in run "
+                         f"{store.run_id}; it must be evaluated before training")
+    base = (repo_root / t.base_model).resolve()
+    tokenizer = load_tokenizer(base, _chat_template(config, repo_root))
+    rule = length_rule(t)
+    key = content_key("dataset", done["stage"], sorted(done["chunks"]), DATA_FILTER, MASK,
+                      tokenizer_fingerprint(tokenizer), rule.model_dump())
+    out = store.root / "datasets" / key
+    trajs = store.read_chunks(done["stage"], done["chunks"])
+    if is_dataset(out):
+        return out, False, len(trajs)
+    passed = [x for x in trajs if x.passed]
+    if not passed:
+        raise ValueError(f"training.source_pair: none of the {len(trajs)} trajectories of '{t.source_pair}' "
+                         "passed; there is nothing to imitate")
+    built = build_dataset(passed, tokenizer, mask=MASK, length=rule, tokenizer_name=str(base))
+    if not built.examples:
+        raise ValueError(f"training: all {len(passed)} passed trajectories of '{t.source_pair}' were dropped "
+                         f"({built.manifest.stats.dropped}); see the dataset manifest's `dropped`")
+    write_dataset(built, out)
+    log.info("dataset %s: %d examples, %d trained tokens, dropped %s", out, built.manifest.stats.examples,
+             built.manifest.stats.trained_tokens, built.manifest.stats.dropped)
+    return out, True, len(trajs)
+
+
+def _check_same_adapter(root: Path, config: TrainConfig, data_hash: str, seeds: range) -> None:
+    for seed in seeds:
+        path = root / f"seed-{seed}" / SUMMARY_FILE
+        if path.exists() and finished(path.parent, config, seed, data_hash) is None:
+            raise ValueError(f"{path.parent} already holds an adapter trained on other data or settings; "
+                             f"give `training.adapter_name` a new version (names are served and cached by name)")
+
+
+def train_and_serve(config: RunConfig, store: RunStore, repo_root: Path, show_progress: bool = False) -> TrainingRecord:
+    t = config.training
+    if t is None:
+        raise ValueError("the run config has no `training` section")
+    data_dir, built, n_source = prepare_dataset(config, store, repo_root)
+    manifest = Manifest.model_validate_json((data_dir / MANIFEST_FILE).read_text())  # train_seeds reads the rows
+    data_hash = manifest_sha256(data_dir)
+    tc = train_config(t)
+    root = store.root / "adapters" / t.adapter_name
+    seeds = range(t.seeds)
+    _check_same_adapter(root, tc, data_hash, seeds)
+    reused = [s for s in seeds if finished(root / f"seed-{s}", tc, s, data_hash) is not None]
+    summaries: list[TrainSummary] = train_seeds(data_dir, (repo_root / t.base_model).resolve(), root, tc, seeds,
+                                                show_progress=show_progress)
+    served = root / "seed-0"
+    role = config.models[t.role]
+    # A managed server that died since the last stage is restarted first (it reloads `adapters`, not this one).
+    servers.ensure_up(config, store.root / "logs" / "servers", repo_root)
+    vllm_server.load_adapter(role.api_base or "", t.adapter_name, served)
+    return TrainingRecord(
+        adapter_name=t.adapter_name, served_at=role.api_base or "", adapter_dir=str(served), adapters_root=str(root),
+        dataset_dir=str(data_dir), dataset_built=built, dataset=manifest.stats, source_pair=t.source_pair,
+        source_trajectories=n_source, seeds_trained=[s for s in seeds if s not in reused], seeds_reused=reused,
+        final_loss={s.seed: s.loss_curve[-1].loss for s in summaries if s.loss_curve},
+    )
+
+
+def with_trained_adapter(config: RunConfig, record: TrainingRecord) -> RunConfig:
+    """The config to evaluate the adapter pair with: the trained adapter under `adapters` (when its server is one
+    the run manages), so a server restarted while the pair is evaluated reloads it and the pool routes to it."""
+    t = config.training
+    assert t is not None
+    spec = config.server_for(config.models[t.role])
+    if spec is None:
+        return config  # a server given by api_base: the adapter pair's calls go to the role's api_base
+    # As a plain `adapters` entry the pair validates without `training` (Prefect re-validates subflow parameters,
+    # and `training.adapter_name` may not also be listed under `adapters`).
+    data = config.model_dump(mode="json")
+    data["adapters"].append(AdapterConfig(name=record.adapter_name, path=record.adapter_dir, server=spec.name)
+                            .model_dump(mode="json"))
+    data["training"] = None
+    return RunConfig.model_validate(data)
+
+
+def adapter_pairs(config: RunConfig) -> list[str]:
+    """Names of the pairs that evaluate the trained adapter (run after `train_adapter`)."""
+    return [p.name for p in config.evaluation.pairs if config.is_trained_pair(p)]
