@@ -8,6 +8,8 @@ TINY := .cache/tiny-model
 PY := $(VENV)/bin/python
 CONFIG ?= deploy/configs/local.yaml
 PYTEST_ARGS ?=
+# LiteLLM: use the bundled price map, never fetch one (no network here, and nothing should depend on it).
+export LITELLM_LOCAL_MODEL_COST_MAP := True
 # Debian packages: bubblewrap (the tool sandbox) and chromium (the browser task families).
 SYSTEM_BINS := bwrap chromium
 

@@ -97,7 +97,7 @@ def run(
         console.print(f"[red]config error[/]\n{e}")
         raise typer.Exit(2) from None
     fams = cfg.family_names()
-    console.print(f"run [bold]{run_id}[/]: {len(cfg.evaluation.pairs)} pair(s) × {len(fams)} families × "
+    console.print(f"run [bold]{run_id}[/]: {len(cfg.with_adapter_pair().evaluation.pairs)} pair(s) × {len(fams)} families × "
                   f"{cfg.evaluation.n_instances or 'all'} instances × {cfg.evaluation.seeds} seeds; {where}")
     from flows.evaluation import evaluation_flow
 

@@ -14,7 +14,7 @@ from tasks.records import FinalAnswer, Step
 REPO = Path(__file__).resolve().parents[1]
 
 
-async def solve(env: Environment, steps: int = 100) -> list[Step]:
+async def solve(env: Environment, steps: int = 200) -> list[Step]:
     """Run the family's oracle on an already reset env until it answers; return the history."""
     family = tasks.get(env.instance.family)
     history: list[Step] = []

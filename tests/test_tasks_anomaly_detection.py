@@ -16,6 +16,7 @@ from tasks.anomaly_detection.data import PARAMS_KEY, ground_truth, ground_truth_
 from tasks.anomaly_detection.oracle import anomaly_sql, report_csv
 from tasks.policies import run_policy
 from tasks.records import FinalAnswer, Step, ToolCall
+from tasks_helpers import solve
 
 FAMILY = "anomaly_detection"
 
@@ -26,17 +27,6 @@ def _env(index: int) -> AnomalyDetectionEnv:
     assert isinstance(env, AnomalyDetectionEnv)
     return env
 
-
-async def _finish(env: AnomalyDetectionEnv, limit: int = 50) -> list[Step]:
-    fam = tasks.get(FAMILY)
-    steps: list[Step] = []
-    for _ in range(limit):
-        action = fam.oracle_action(env, steps)
-        if isinstance(action, FinalAnswer):
-            await env.submit(action)
-            return steps
-        steps.append(Step(call=action, result=await env.call(action.name, action.arguments)))
-    raise AssertionError("oracle did not finish")
 
 
 def test_splits_and_difficulties() -> None:
@@ -87,7 +77,7 @@ async def test_oracle_sql_selects_exactly_the_ground_truth(index: int) -> None:
 @pytest.mark.parametrize("index", [0, 1])
 async def test_replay_reproduces_results_and_state(index: int) -> None:
     env = _env(index)
-    steps = await _finish(env)
+    steps = await solve(env)
     calls = [s.call for s in steps] + [ToolCall(name="sql_query", arguments={"sql": "DELETE FROM readings"})]
     first = await env.replay(calls)
     state = env.state()
@@ -157,7 +147,7 @@ async def test_oracle_recovers_from_a_student_state() -> None:
     env = _env(3)
     await env.call("bucket_put", {"key": env.payload.report_key, "content": "sensor,time\nX,1\n"})
     await env.call("sql_query", {"sql": "SELECT * FROM sensors"})
-    await _finish(env)
+    await solve(env)
     assert env.verify().score == 1.0
     env.close()
 

@@ -15,6 +15,7 @@ from tasks.budget_approval.data import SUMMARY_PATH, decide, money
 from tasks.budget_approval.oracle import summary_csv
 from tasks.policies import run_policy
 from tasks.records import FinalAnswer, Step, ToolCall
+from tasks_helpers import solve
 
 FAMILY = "budget_approval"
 
@@ -25,17 +26,6 @@ def _env(index: int) -> BudgetApprovalEnv:
     assert isinstance(env, BudgetApprovalEnv)
     return env
 
-
-async def _finish(env: BudgetApprovalEnv, limit: int = 200) -> list[Step]:
-    fam = tasks.get(FAMILY)
-    steps: list[Step] = []
-    for _ in range(limit):
-        action = fam.oracle_action(env, steps)
-        if isinstance(action, FinalAnswer):
-            await env.submit(action)
-            return steps
-        steps.append(Step(call=action, result=await env.call(action.name, action.arguments)))
-    raise AssertionError("oracle did not finish")
 
 
 def test_splits_and_difficulties() -> None:
@@ -72,7 +62,7 @@ def test_generation_is_deterministic_across_processes() -> None:
 @pytest.mark.parametrize("index", [0, 1, 8, 9])
 async def test_replay_reproduces_results_and_state(index: int) -> None:
     env = _env(index)
-    steps = await _finish(env)
+    steps = await solve(env)
     calls = [s.call for s in steps] + [ToolCall(name="send_message", arguments={"to": "U99", "text": "hi"})]
     first = await env.replay(calls)
     state = env.state()
@@ -136,7 +126,7 @@ async def test_oracle_recovers_from_a_student_state() -> None:
     req = p.requests[0]
     await env.call("reply_to_thread", {"thread_id": req.thread_id, "text": "Total: $1.00. Decision: REJECT"})
     await env.call("write_file", {"path": SUMMARY_PATH, "content": "request_id,total\n"})
-    await _finish(env)
+    await solve(env)
     assert env.verify().score == 1.0
 
 
@@ -153,7 +143,7 @@ def _escalating_index(hard: bool) -> int:
 async def test_verifier_rejects_plausible_wrong_answers(index: int) -> None:
     async def solved() -> tuple[BudgetApprovalEnv, list[Step]]:
         e = _env(index)
-        steps = await _finish(e)
+        steps = await solve(e)
         assert e.verify().score == 1.0
         return e, steps
 

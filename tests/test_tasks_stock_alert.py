@@ -14,6 +14,7 @@ from tasks.policies import run_policy
 from tasks.records import FinalAnswer, Step, ToolCall
 from tasks.stock_alert import StockAlertEnv
 from tasks.stock_alert.data import expected_row, low_stock, render, threshold_of
+from tasks_helpers import solve
 
 FAMILY = "stock_alert"
 
@@ -24,18 +25,6 @@ def _env(index: int) -> StockAlertEnv:
     assert isinstance(env, StockAlertEnv)
     return env
 
-
-async def _finish(env: StockAlertEnv, limit: int = 200) -> list[Step]:
-    """Run the oracle from the env's current state until it answers."""
-    fam = tasks.get(FAMILY)
-    steps: list[Step] = []
-    for _ in range(limit):
-        action = fam.oracle_action(env, steps)
-        if isinstance(action, FinalAnswer):
-            await env.submit(action)
-            return steps
-        steps.append(Step(call=action, result=await env.call(action.name, action.arguments)))
-    raise AssertionError("oracle did not finish")
 
 
 def test_splits_and_difficulties() -> None:
@@ -65,7 +54,7 @@ def test_generation_is_deterministic_across_processes() -> None:
 @pytest.mark.parametrize("index", [0, 1, 6, 7])
 async def test_replay_reproduces_results_and_state(index: int) -> None:
     env = _env(index)
-    steps = await _finish(env)
+    steps = await solve(env)
     # a few errors in the middle must replay identically too
     calls = [s.call for s in steps] + [ToolCall(name="read_sheet", arguments={"title": "nope"})]
     first = await env.replay(calls)
@@ -119,14 +108,14 @@ async def test_oracle_recovers_from_a_student_state() -> None:
     p = env.payload
     await env.call("create_sheet", {"title": p.sheet_title, "columns": ["SKU", "Qty"]})  # wrong columns
     await env.call("list_products", {"page": 1})
-    await _finish(env)
+    await solve(env)
     assert env.verify().score == 1.0
     env2 = _env(5)
     await env2.call("create_sheet", {"title": env2.payload.sheet_title, "columns": list(env2.payload.columns)})
     not_low = next(pr for pr in env2.payload.products if pr not in low_stock(env2.payload))
     row = expected_row(env2.payload, not_low)
     await env2.call("append_rows", {"title": env2.payload.sheet_title, "rows": [row, row]})
-    await _finish(env2)
+    await solve(env2)
     assert env2.verify().score == 1.0
     env.close()
     env2.close()
@@ -142,7 +131,7 @@ def _oracle_call(env: StockAlertEnv) -> tuple[str, dict]:
 async def test_verifier_rejects_plausible_wrong_answers(index: int) -> None:
     async def solved() -> StockAlertEnv:
         e = _env(index)
-        await _finish(e)
+        await solve(e)
         assert e.verify().score == 1.0
         return e
 
