@@ -21,6 +21,14 @@ def test_oracle_solves_and_do_nothing_fails_everywhere(family):
         assert r.oracle.verdict.score == 1.0 and r.do_nothing.verdict.score < 1.0, r.instance_id
 
 
+@pytest.mark.parametrize("family", tasks.families())
+def test_splits_are_20_20_60_by_index_with_two_difficulties(family):
+    insts = tasks.instances(family)
+    assert [i.index for i in insts] == list(range(100))
+    assert [i.split for i in insts] == ["train"] * 20 + ["val"] * 20 + ["test"] * 60
+    assert len({i.difficulty for i in insts}) >= 2
+
+
 def test_cli_list_and_check_exit_codes():
     runner = CliRunner()
     listed = runner.invoke(app, ["tasks", "list"])
