@@ -23,7 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetc
 import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.records import ModelRole
+from agents.records import ModelRole, ToolChoice
 from tasks.records import ToolCall
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class ModelClient:
             _ensure_custom_providers()
 
     def _kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                tool_choice: str | dict[str, Any] | None, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
+                tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
         r = self.role
         kw: dict[str, Any] = {
             "model": r.model, "messages": messages, "temperature": r.temperature, "top_p": r.top_p,
@@ -113,13 +113,16 @@ class ModelClient:
         if r.api_base:
             kw["api_base"] = r.api_base
         kw["api_key"] = r.api_key or ("EMPTY" if r.provider == "hosted_vllm" else None)
+        extra = dict(r.extra_body)
         if tools:
-            kw["tools"] = tools
+            tool_kw: dict[str, Any] = {"tools": _strict(tools) if r.strict_tools else tools}
             if tool_choice is not None:
-                kw["tool_choice"] = tool_choice
+                tool_kw["tool_choice"] = tool_choice
+            # LiteLLM's hosted_vllm config deletes `strict` from tool schemas; the request body's extra fields
+            # reach vLLM unchanged, so strict tools travel there.
+            (extra if r.strict_tools and r.provider == "hosted_vllm" else kw).update(tool_kw)
         if seed is not None:
             kw["seed"] = seed
-        extra = dict(r.extra_body)
         if r.provider == "hosted_vllm" and r.return_token_ids:
             extra["return_token_ids"] = True
         if extra:
@@ -131,7 +134,7 @@ class ModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         *,
-        tool_choice: str | dict[str, Any] | None = None,
+        tool_choice: ToolChoice | None = None,
         seed: int | None = None,
         max_tokens: int | None = None,
     ) -> ModelResponse:
@@ -192,6 +195,10 @@ class ModelClient:
         except Exception:
             log.warning("no price known for %s; counting its cost as 0.0 (set input/output_cost_per_token)", r.model)
             return 0.0
+
+
+def _strict(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**t, "function": {**t["function"], "strict": True}} if "function" in t else t for t in tools]
 
 
 def _get(obj: Any, name: str) -> list[int] | None:

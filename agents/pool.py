@@ -30,11 +30,15 @@ import ray.exceptions
 from pydantic import BaseModel, ConfigDict
 
 from agents.pool_actor import JobTiming, RolloutActor, error_trajectory
-from agents.records import ModelRole, Trajectory, trajectory_key
+from agents.records import ModelRole, ToolChoice, Trajectory, trajectory_key
 from agents.rollout import Limits
 from harness import Harness
 from tasks.records import TaskInstance
 
+# For a Ray this process starts: workers at the default priority, not Ray's nice 15. Rollout actors only
+# relay between model servers and environments; niced behind a busy co-located vLLM they wait for the CPU
+# on every turn. (Actors also reset their own niceness where allowed; see pool_actor.)
+LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"worker_niceness": 0}
 ACTOR_MAX_CONCURRENCY = 1024  # the driver enforces the real limits; this only has to stay out of the way
 _WAIT_S = 1.0  # how long one ray.wait blocks; short so a consumer breaking out is noticed promptly
 
@@ -50,7 +54,7 @@ class RolloutJob(BaseModel):
     seed: int
     limits: Limits = Limits()
     tag: str = "rollout"
-    tool_choice: str | None = None
+    tool_choice: ToolChoice | None = None
 
     @property
     def key(self) -> str:
@@ -136,7 +140,8 @@ class RolloutPool:
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
-                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                         _system_config=LOCAL_RAY_SYSTEM_CONFIG)
             self._owns_ray = True
         # num_cpus=0: an actor mostly awaits model servers, so it must not hold a core that the
         # replacement of a dead actor (or another pool) would wait for; SPREAD puts them on separate nodes.

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tasks.records import TaskInstance, ToolCall, ToolResult, Verdict
 
+ToolChoice = str | dict[str, Any]  # 'auto' | 'required' | 'none', or {"type": "function", "function": {"name": ...}}
 StopReason = Literal["submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "model_error", "error"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
 
@@ -35,6 +36,10 @@ class ModelRole(BaseModel):
     output_cost_per_token: float = Field(default=0.0, ge=0.0, description="USD; 0 for local models.")
     return_token_ids: bool = Field(default=True, description="Ask vLLM for prompt/completion token ids.")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Passed through to the server.")
+    strict_tools: bool = Field(
+        default=False,
+        description="Send tools with `strict: true`: servers that support it (vLLM, OpenAI) constrain the "
+                    "arguments to each tool's JSON schema, so even a weak model's calls parse.")
 
     @field_validator("model")
     @classmethod

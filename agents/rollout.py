@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.client import ModelCallError, ModelClient, parse_tool_calls
-from agents.records import ModelRole, Trajectory, TriggerRecord, TurnRecord
+from agents.records import ModelRole, ToolChoice, Trajectory, TriggerRecord, TurnRecord
 from harness.context import content_chars, split_for_window, summary_request, truncate, turn_starts, windowed
 from harness.helpers import HelperState
 from harness.hooks import AfterToolError, AtTurn, BeforeToolCall, ContextSize, Hook, OnFinish, RepeatedCall, matches_call, tool_matches
@@ -73,7 +73,7 @@ class _Episode:
     """Mutable state of one run (kept outside the loop so a timeout still leaves a full record)."""
 
     def __init__(self, client: ModelClient, harness: Harness, env: Environment, rendered: Rendered, seed: int,
-                 limits: Limits, tool_choice: str | None, summarizers: Mapping[str, ModelRole | ModelClient],
+                 limits: Limits, tool_choice: ToolChoice | None, summarizers: Mapping[str, ModelRole | ModelClient],
                  seed_requests: bool) -> None:
         self.client, self.h, self.env, self.r, self.limits = client, harness, env, rendered, limits
         self.seed = seed if seed_requests else None
@@ -367,7 +367,7 @@ async def run_episode(
     *,
     prefix: list[dict[str, Any]] | None = None,
     tag: str = "rollout",
-    tool_choice: str | None = None,
+    tool_choice: ToolChoice | None = None,
     summarizers: Mapping[str, ModelRole | ModelClient] | None = None,
     seed_requests: bool = True,
 ) -> Trajectory:

@@ -1,15 +1,21 @@
 """Rollout pool throughput vs the model server alone (issue 5, "Performance").
 
-    .venv/bin/python benchmarks/rollout_throughput.py --rollouts 32 --concurrency 16
+    .venv/bin/python benchmarks/rollout_throughput.py                 # 32 rollouts x 8 turns, 16 in flight, 3 repeats
 
-1. Starts a vLLM CPU server on the tiny model (deploy.vllm_server), warms it up.
-2. Pool: N rollouts (baseline harness, `tool_choice=required` so every turn is a parsed tool call and the
-   episode runs to `--max-turns`) through `RolloutPool` with `--concurrency` episodes in flight.
-3. Direct: every model request those rollouts made (the same messages, tools, seed and max tokens, read back
-   from the trajectories) sent straight to the server with httpx, `--concurrency` at a time.
-4. Prints generated tokens/s of both and the ratio (target >= 0.8), and the pool's own overhead per turn:
-   job round trip at the driver minus model-call latency minus time inside environment methods, per turn
-   (target median < 5 ms).
+1. Starts a vLLM CPU server on the tiny model (deploy.vllm_server; dev mode, so the prefix cache can be reset).
+2. Workload: N multi-turn rollouts of `--family` under its baseline harness. The model is told to call
+   `--tool` every turn (named `tool_choice`, tools sent with `strict: true`, so vLLM's guided decoding makes
+   even the random tiny model produce a valid call); the environment runs each call and the episode goes on
+   until `--max-turns`. Without this the tiny model's calls never parse and every episode ends after one turn.
+3. Each repeat: reset the server's prefix cache, run the N rollouts through `RolloutPool` (`--concurrency`
+   episodes in flight); reset the cache again, then send every model request those rollouts made (the same
+   messages, tools, tool_choice, seed and max tokens, read back from the trajectories, turn by turn) straight
+   to the server with httpx, `--concurrency` at a time.
+4. Prints generated tokens/s of both and their ratio per repeat and the median (target >= 0.8), and the
+   pool's own overhead per turn: job round trip at the driver minus model-call latency minus time in the
+   environment, per turn (target median < 5 ms), split into in-actor time and driver<->actor transport.
+   Also the CPU seconds the pool's processes (driver + actors) and the direct client spend per model call,
+   since on a small machine the client's CPU competes with the server's front end.
 """
 
 from __future__ import annotations
@@ -32,9 +38,34 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import httpx  # noqa: E402
 
 SERVED = "tiny"
+# Sampled, not greedy: greedy decoding makes the random tiny model loop on one token until max_tokens.
+TEMPERATURE = 1.0
 
 
-def start_server(max_model_len: int) -> tuple[Any, Path]:
+def parse_cpus(spec: str) -> set[int]:
+    """'0', '0-3', '0,2-3' -> CPU ids."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def split_cpus(server_spec: str | None, shared: bool) -> tuple[set[int], set[int]]:
+    """(server CPUs, client CPUs). By default the server gets the first half: on separate hardware (GPU
+    server, rollout workers on CPUs) the client's work does not slow the server down; on a shared 2-core box
+    it would, and the ratio would measure CPU contention rather than the pool."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if shared or len(cpus) < 2:
+        return set(cpus), set(cpus)
+    server = parse_cpus(server_spec) if server_spec else set(cpus[: len(cpus) // 2])
+    client = set(cpus) - server
+    if not server <= set(cpus) or not client:
+        raise SystemExit(f"--server-cpus {server_spec!r} must be a proper subset of this process's CPUs {cpus}")
+    return server, client
+
+
+def start_server(max_model_len: int, cpus: set[int]) -> tuple[Any, Path]:
     from deploy.tiny_model import build_tiny_model, is_built
     from deploy.vllm_server import ServeSpec, free_port, start_server
 
@@ -42,37 +73,49 @@ def start_server(max_model_len: int) -> tuple[Any, Path]:
     if not is_built(model_dir):
         build_tiny_model(model_dir)
     state = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
-    # ServeSpec turns chunked prefill off on CPU (the CPU build crashes on seeded, chunked prefills).
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (read by ServeSpec.environment)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))  # the engine's compute threads
     spec = ServeSpec(model=str(model_dir), name=SERVED, port=free_port(), enable_lora=False,
                      max_model_len=max_model_len, cpu_kvcache_gib=1)
-    return start_server(spec, state_dir=state, ready_timeout_s=600), state
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)  # the server's processes inherit it (front end and engine included)
+    try:
+        return start_server(spec, state_dir=state, ready_timeout_s=600), state
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
-# Sampled, not greedy: greedy decoding makes the random tiny model loop on digits inside a forced tool call
-# until max_tokens, so no call ever parses and every episode ends after one turn.
-TEMPERATURE = 1.0
+def reset_prefix_cache(api_base: str) -> bool:
+    """Empty the server's prefix cache so neither side reuses the other's prompts; False if not in dev mode."""
+    r = httpx.post(api_base.removesuffix("/v1") + "/reset_prefix_cache", timeout=30)
+    return r.status_code == 200
 
 
-def requests_of(trajectories: list[Any], max_tokens: int, tool_choice: str) -> list[dict[str, Any]]:
-    """The exact chat requests the rollouts made: the conversation before each assistant message."""
-    out = []
+def requests_of(trajectories: list[Any], role: Any, tool_choice: Any) -> list[dict[str, Any]]:
+    """The chat requests the rollouts made (the conversation before each assistant message), turn by turn."""
+    from agents.client import ModelClient
+
+    by_turn: list[tuple[int, dict[str, Any]]] = []
     for t in trajectories:
         turn = 0
         for i, m in enumerate(t.messages):
-            if m.get("role") == "assistant":
-                # the per-turn seed run_episode sends (episode seed * 1000 + turn), the same sampling settings
-                body = {"model": SERVED, "messages": t.messages[:i], "max_tokens": max_tokens,
-                        "seed": t.seed * 1_000 + turn, "temperature": TEMPERATURE, "top_p": 1.0,
-                        "return_token_ids": True}
-                turn += 1
-                if t.tools:
-                    body |= {"tools": t.tools, "tool_choice": tool_choice}
-                out.append(body)
-    return out
+            if m.get("role") != "assistant":
+                continue
+            # the same body the rollout's client built (strict tools, per-turn seed episode*1000+turn)
+            kw = ModelClient(role)._kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
+                                           role.max_tokens)
+            body = {"model": SERVED, "messages": kw["messages"], "max_tokens": kw["max_tokens"], "seed": kw["seed"],
+                    "temperature": kw["temperature"], "top_p": kw["top_p"], **kw.get("extra_body", {})}
+            if "tools" in kw:
+                body |= {"tools": kw["tools"], "tool_choice": kw["tool_choice"]}
+            by_turn.append((turn, body))
+            turn += 1
+    # all first turns, then all second turns, ...: the order in which the rollouts could issue them
+    return [b for _, b in sorted(by_turn, key=lambda x: x[0])]
 
 
-async def send_direct(api_base: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[int, float, int]:
-    """Send all requests, `concurrency` at a time; returns (completion tokens, wall seconds, errors)."""
+async def send_direct(api_base: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[int, float, int, float]:
+    """Send all requests, `concurrency` at a time; returns (completion tokens, wall s, errors, client CPU s)."""
     sem = asyncio.Semaphore(concurrency)
     tokens = errors = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -86,9 +129,9 @@ async def send_direct(api_base: str, bodies: list[dict[str, Any]], concurrency: 
                     return
                 tokens += int(r.json()["usage"]["completion_tokens"])
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(b) for b in bodies))
-        return tokens, time.perf_counter() - t0, errors
+        return tokens, time.perf_counter() - t0, errors, time.process_time() - c0
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -98,15 +141,23 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rollouts", type=int, default=32, help="N rollouts (and the same requests sent directly)")
+    ap.add_argument("--rollouts", type=int, default=32, help="N rollouts per repeat (and their requests sent directly)")
     ap.add_argument("--concurrency", type=int, default=16, help="episodes / requests in flight")
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--family", default="stock_alert")
-    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--tool", default="list_sheets", help="the tool every turn calls (a tool of --family)")
+    ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64, help="generated tokens per turn")
+    ap.add_argument("--repeats", type=int, default=3, help="pool/direct pairs; the median ratio is reported")
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--api-base", default=None, help="use a running server (serving 'tiny') instead of starting one")
+    ap.add_argument("--server-cpus", default=None,
+                    help="CPUs for the server, e.g. '0' or '0-3' (default: the first half); the pool, Ray and the "
+                         "direct client run on the others")
+    ap.add_argument("--shared-cpus", action="store_true",
+                    help="no pinning: server, pool and direct client share every CPU")
     args = ap.parse_args()
+    server_cpus, client_cpus = split_cpus(args.server_cpus, args.shared_cpus)
 
     import ray
 
@@ -122,68 +173,97 @@ def main() -> None:
         api_base = args.api_base
     else:
         t0 = time.perf_counter()
-        handle, state = start_server(args.max_model_len)
+        handle, state = start_server(args.max_model_len, server_cpus)
         api_base = handle.api_base
         print(f"vLLM CPU server ready at {api_base} in {time.perf_counter() - t0:.0f} s")
+    os.sched_setaffinity(0, client_cpus)  # Ray (and so the actors) inherit it
+    print(f"CPUs: server {sorted(server_cpus) if not args.api_base else 'as started'}, "
+          f"pool + direct client {sorted(client_cpus)}" + (" (shared)" if server_cpus == client_cpus else ""))
     try:
         insts = tasks.instances(args.family, "test")
         h = harness.baseline(args.family)
         role = ModelRole(model=f"hosted_vllm/{SERVED}", api_base=api_base, max_tokens=args.max_tokens, retries=0,
-                         temperature=TEMPERATURE)
+                         temperature=TEMPERATURE, strict_tools=True)
+        tool_choice = {"type": "function", "function": {"name": args.tool}}
         limits = Limits(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
-        jobs = [RolloutJob(instance=insts[i % len(insts)], harness=h, model=role, seed=i // len(insts), limits=limits,
-                           tool_choice="required", tag="bench") for i in range(args.rollouts)]
-        warm = [j.model_copy(update={"tag": "warmup"}) for j in jobs[: args.concurrency]]
 
-        with RolloutPool(args.actors, num_cpus=os.cpu_count(), concurrency_per_server=args.concurrency) as pool:
-            ray.get([a.handle.ping.remote() for a in pool.actor_loads()])
-            pool.run(warm)  # actor imports, server warm-up, litellm client setup: not what we measure
-            t0 = time.perf_counter()
-            trajs = pool.run(jobs)
-            pool_wall = time.perf_counter() - t0
-            timings = [pool.timings[t.id] for t in trajs]
-        pool_tokens = sum(x.completion_tokens for t in trajs for x in t.turns)
-        turns = sum(len(t.turns) for t in trajs)
-        tool_turns = sum(bool(x.tool_calls) for t in trajs for x in t.turns)
-        stops: dict[str, int] = {}
-        for t in trajs:
-            stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
+        def jobs_for(repeat: int, tag: str) -> list[RolloutJob]:
+            return [RolloutJob(instance=insts[i % len(insts)], harness=h, model=role, seed=repeat * 10_000 + i,
+                               limits=limits, tool_choice=tool_choice, tag=tag) for i in range(args.rollouts)]
 
-        bodies = requests_of(trajs, args.max_tokens, "required")
-        asyncio.run(send_direct(api_base, bodies[: args.concurrency], args.concurrency))  # same warm-up courtesy
-        direct_tokens, direct_wall, direct_errors = asyncio.run(send_direct(api_base, bodies, args.concurrency))
+        can_reset = reset_prefix_cache(api_base)
+        if not can_reset:
+            print("note: the server has no /reset_prefix_cache (start it with VLLM_SERVER_DEV_MODE=1); the direct "
+                  "replay will hit the prefix cache the pool filled")
+        rows: list[dict[str, Any]] = []
+        with RolloutPool(args.actors, num_cpus=len(client_cpus), concurrency_per_server=args.concurrency) as pool:
+            actors = [a.handle for a in pool.actor_loads()]
+            ray.get([a.ping.remote() for a in actors])
+            pool.run(jobs_for(99, "warmup")[: args.concurrency])  # imports, LiteLLM set-up: not what we measure
+            warm_bodies = requests_of(pool.run(jobs_for(98, "warmup")[: args.concurrency]), role, tool_choice)
+            asyncio.run(send_direct(api_base, warm_bodies, args.concurrency))
+            for rep in range(args.repeats):
+                reset_prefix_cache(api_base)
+                cpu0 = time.process_time() + sum(ray.get([a.cpu_seconds.remote() for a in actors]))
+                t0 = time.perf_counter()
+                trajs = pool.run(jobs_for(rep, "bench"))
+                pool_wall = time.perf_counter() - t0
+                pool_cpu = time.process_time() + sum(ray.get([a.cpu_seconds.remote() for a in actors])) - cpu0
+                timings = [pool.timings[t.id] for t in trajs]
+                bodies = requests_of(trajs, role, tool_choice)
+                reset_prefix_cache(api_base)
+                d_tokens, d_wall, d_errors, d_cpu = asyncio.run(send_direct(api_base, bodies, args.concurrency))
+                turns = sum(len(t.turns) for t in trajs)
+                p_tokens = sum(x.completion_tokens for t in trajs for x in t.turns)
+                rows.append({
+                    "pool_tokens": p_tokens, "pool_wall_s": pool_wall, "pool_tps": p_tokens / pool_wall,
+                    "direct_tokens": d_tokens, "direct_wall_s": d_wall, "direct_tps": d_tokens / d_wall,
+                    "direct_errors": d_errors, "turns": turns, "requests": len(bodies),
+                    "tool_turns": sum(bool(x.tool_calls) for t in trajs for x in t.turns),
+                    "tool_errors": sum(r.is_error for t in trajs for x in t.turns for r in x.tool_results),
+                    "stops": dict(sorted({s: sum(t.stop_reason == s for t in trajs) for s in
+                                          {t.stop_reason for t in trajs}}.items())),
+                    "pool_cpu_ms_per_turn": 1000 * pool_cpu / max(turns, 1),
+                    "direct_cpu_ms_per_request": 1000 * d_cpu / max(len(bodies), 1),
+                    "overhead_ms": [1000 * x.per_turn(x.overhead_s) for x in timings],
+                    "in_actor_ms": [1000 * x.per_turn(x.in_actor_overhead_s) for x in timings],
+                    "transport_ms": [1000 * x.per_turn(x.transport_s) for x in timings],
+                    "model_ms": [1000 * x.per_turn(x.model_s) for x in timings],
+                    "env_ms": [1000 * x.per_turn(x.env_s) for x in timings],
+                })
+                r = rows[-1]
+                print(f"repeat {rep}: pool {r['pool_tokens']} tok in {pool_wall:.2f} s = {r['pool_tps']:.1f} tok/s | "
+                      f"direct {d_tokens} tok in {d_wall:.2f} s = {r['direct_tps']:.1f} tok/s | "
+                      f"ratio {r['pool_tps'] / r['direct_tps']:.3f} | {turns} turns ({r['tool_turns']} tool calls, "
+                      f"{r['tool_errors']} tool errors), stops {r['stops']}, direct errors {d_errors} | "
+                      f"overhead/turn median {statistics.median(r['overhead_ms']):.2f} ms", flush=True)
 
-        per_turn_ms = [1000 * x.overhead_per_turn_s for x in timings]
-        in_actor_ms = [1000 * max(0.0, x.episode_s - x.model_s - x.env_s) / max(x.turns, 1) for x in timings]
-        transport_ms = [1000 * max(0.0, x.roundtrip_s - x.episode_s) / max(x.turns, 1) for x in timings]
-        model_ms = [1000 * x.model_s / max(x.turns, 1) for x in timings]
-        env_ms = [1000 * x.env_s / max(x.turns, 1) for x in timings]
-        pool_tps = pool_tokens / pool_wall
-        direct_tps = direct_tokens / direct_wall
+        ratios = [r["pool_tps"] / r["direct_tps"] for r in rows]
+        med = {k: statistics.median(x for r in rows for x in r[k])
+               for k in ("overhead_ms", "in_actor_ms", "transport_ms", "model_ms", "env_ms")}
+        all_overhead = [x for r in rows for x in r["overhead_ms"]]
         report = {
-            "rollouts": len(trajs), "turns": turns, "requests_direct": len(bodies), "concurrency": args.concurrency,
-            "actors": args.actors, "family": args.family, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
-            "tool_call_turns": tool_turns, "stop_reasons": stops, "direct_errors": direct_errors,
-            "pool_tokens": pool_tokens, "pool_wall_s": round(pool_wall, 2), "pool_tokens_per_s": round(pool_tps, 1),
-            "direct_tokens": direct_tokens, "direct_wall_s": round(direct_wall, 2),
-            "direct_tokens_per_s": round(direct_tps, 1), "ratio": round(pool_tps / direct_tps, 3),
-            "overhead_per_turn_ms_median": round(statistics.median(per_turn_ms), 2),
-            "overhead_per_turn_ms_p90": round(pct(per_turn_ms, 0.9), 2),
-            "in_actor_overhead_per_turn_ms_median": round(statistics.median(in_actor_ms), 2),
-            "ray_transport_per_turn_ms_median": round(statistics.median(transport_ms), 2),
-            "model_latency_per_turn_ms_median": round(statistics.median(model_ms), 1),
-            "env_time_per_turn_ms_median": round(statistics.median(env_ms), 2),
+            "rollouts": args.rollouts, "repeats": args.repeats, "concurrency": args.concurrency, "actors": args.actors,
+            "family": args.family, "tool": args.tool, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
+            "prefix_cache_reset": can_reset, "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "ratios": [round(x, 3) for x in ratios],
+            "ratio_median": round(statistics.median(ratios), 3),
+            "pool_tokens_per_s": [round(r["pool_tps"], 1) for r in rows],
+            "direct_tokens_per_s": [round(r["direct_tps"], 1) for r in rows],
+            "overhead_per_turn_ms_median": round(med["overhead_ms"], 2),
+            "overhead_per_turn_ms_p90": round(pct(all_overhead, 0.9), 2),
+            "in_actor_per_turn_ms_median": round(med["in_actor_ms"], 2),
+            "transport_per_turn_ms_median": round(med["transport_ms"], 2),
+            "model_per_turn_ms_median": round(med["model_ms"], 1), "env_per_turn_ms_median": round(med["env_ms"], 2),
+            "pool_cpu_ms_per_turn": [round(r["pool_cpu_ms_per_turn"], 2) for r in rows],
+            "direct_cpu_ms_per_request": [round(r["direct_cpu_ms_per_request"], 2) for r in rows],
         }
-        print(f"pool   : {pool_tokens} tokens in {pool_wall:.2f} s = {pool_tps:.1f} tok/s "
-              f"({len(trajs)} rollouts, {turns} turns, {tool_turns} with tool calls, stop reasons {stops})")
-        print(f"direct : {direct_tokens} tokens in {direct_wall:.2f} s = {direct_tps:.1f} tok/s "
-              f"({len(bodies)} requests, {direct_errors} errors)")
-        print(f"ratio  : {pool_tps / direct_tps:.3f}  (target >= 0.8)")
+        print(f"ratio  : median {report['ratio_median']} over {args.repeats} repeats {report['ratios']}  (target >= 0.8)")
         print(f"pool overhead per turn: median {report['overhead_per_turn_ms_median']} ms, "
-              f"p90 {report['overhead_per_turn_ms_p90']} ms  (target median < 5 ms); "
-              f"of which in-actor {report['in_actor_overhead_per_turn_ms_median']} ms, "
-              f"Ray transport {report['ray_transport_per_turn_ms_median']} ms; "
-              f"model {report['model_latency_per_turn_ms_median']} ms/turn, env {report['env_time_per_turn_ms_median']} ms/turn")
+              f"p90 {report['overhead_per_turn_ms_p90']} ms  (target median < 5 ms); of which in-actor "
+              f"{report['in_actor_per_turn_ms_median']} ms, driver<->actor {report['transport_per_turn_ms_median']} ms;"
+              f" model {report['model_per_turn_ms_median']} ms/turn, environment {report['env_per_turn_ms_median']} ms/turn")
+        print(f"client CPU: pool {report['pool_cpu_ms_per_turn']} ms per turn (driver + actors), "
+              f"direct {report['direct_cpu_ms_per_request']} ms per request")
         print(json.dumps(report))
     finally:
         if handle is not None and state is not None:

@@ -38,7 +38,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.pool import RolloutPool
+from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import Trajectory
 from analysis.report import long_family_table
 from deploy import tiny_model
@@ -235,7 +235,7 @@ def _start_ray(config: RunConfig) -> bool:
         ray.init(address=config.ray.address, log_to_driver=False)
     else:
         ray.init(num_cpus=config.ray.num_cpus, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING)
+                 logging_level=logging.WARNING, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     return True
 
 

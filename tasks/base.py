@@ -19,6 +19,8 @@ A `Family` generates 100 seeded instances (indices 0-19 train, 20-39 val, 40-99 
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import inspect
 import json
@@ -78,7 +80,7 @@ class Environment(ABC):
         return [spec_for(getattr(self, name)) for name in self._tool_names()]
 
     def _tool_names(self) -> list[str]:
-        return sorted(n for n in dir(type(self)) if not n.startswith("_") and is_tool(getattr(type(self), n)))
+        return list(_tool_names_of(type(self)))
 
     async def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
         try:
@@ -195,3 +197,9 @@ __all__ = [
     "instance_seed",
     "split_of",
 ]
+
+
+@functools.cache
+def _tool_names_of(cls: type) -> tuple[str, ...]:
+    """The `@tool` methods of an environment class (a class's tools never change, and `call` asks every time)."""
+    return tuple(sorted(n for n in dir(cls) if not n.startswith("_") and is_tool(getattr(cls, n))))

@@ -79,6 +79,13 @@ def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
 
 
 def spec_for(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
+    # Cached on the plain function (as args_model): every episode asks for the same specs, and building
+    # a JSON schema is a few ms per environment. ToolSpec is frozen, so sharing it is safe.
+    return _spec_for(getattr(fn, "__func__", fn), name)
+
+
+@functools.cache
+def _spec_for(fn: Callable[..., Any], name: str | None) -> ToolSpec:
     description, param_docs = _doc_parts(fn)
     schema = args_model(fn).model_json_schema()
     props = {}

@@ -52,7 +52,10 @@ def ray_local() -> Iterator[None]:
     """One local Ray for the whole session (2 CPUs, no dashboard)."""
     import ray
 
+    from agents.pool import LOCAL_RAY_SYSTEM_CONFIG
+
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     yield
     ray.shutdown()

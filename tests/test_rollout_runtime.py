@@ -153,6 +153,30 @@ async def test_real_tool_calling_episode_on_vllm(vllm_server):
 
 
 @pytest.mark.vllm
+async def test_strict_tools_make_the_tiny_models_calls_valid_and_run(vllm_server):
+    """`strict_tools` sends `strict: true` schemas (past LiteLLM, which strips them): vLLM then constrains the
+    arguments, so even the random model's forced call to a no-argument tool is `{}` and the tool runs."""
+    if "stock_alert" not in tasks.families():
+        pytest.skip("needs the stock_alert family")
+    inst = tasks.instances("stock_alert", "val")[0]
+    choice = {"type": "function", "function": {"name": "list_sheets"}}
+    limits = Limits(max_turns=3, max_tokens_per_turn=64)
+    runs = {}
+    for strict in (False, True):
+        env = tasks.make_env(inst)
+        runs[strict] = await run_episode(_tiny(vllm_server, strict_tools=strict), baseline("stock_alert"), env,
+                                         seed=1, tool_choice=choice, limits=limits)
+        env.close()
+    strict_run, loose_run = runs[True], runs[False]
+    assert strict_run.stop_reason == "max_turns", strict_run.error
+    for t in strict_run.turns:
+        assert [(c.name, c.arguments) for c in t.tool_calls] == [("list_sheets", {})]
+        assert t.malformed_tool_calls == 0 and not t.tool_results[0].is_error
+    # without strict schemas the same seed's arguments are not an object (here: a number) and never run
+    assert sum(t.malformed_tool_calls for t in loose_run.turns) >= 1
+
+
+@pytest.mark.vllm
 async def test_cost_cap_on_vllm(vllm_server):
     env = tasks.make_env(tasks.instances(tasks.families()[0], "train")[0])
     role = _tiny(vllm_server, input_cost_per_token=0.01, output_cost_per_token=0.01)
