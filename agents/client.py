@@ -103,8 +103,9 @@ class ModelClient:
         if role.provider == "oracle":
             _ensure_custom_providers()
 
-    def _kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
+    def request_kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
+        """The `litellm.acompletion` arguments of one call (also what a benchmark replays to the server)."""
         r = self.role
         kw: dict[str, Any] = {
             "model": r.model, "messages": messages, "temperature": r.temperature, "top_p": r.top_p,
@@ -138,7 +139,7 @@ class ModelClient:
         seed: int | None = None,
         max_tokens: int | None = None,
     ) -> ModelResponse:
-        kwargs = self._kwargs(messages, tools, tool_choice, seed, max_tokens)
+        kwargs = self.request_kwargs(messages, tools, tool_choice, seed, max_tokens)
         delay = 0.5
         for attempt in range(self.role.retries + 1):
             t0 = time.perf_counter()

@@ -102,7 +102,7 @@ def requests_of(trajectories: list[Any], role: Any, tool_choice: Any) -> list[di
             if m.get("role") != "assistant":
                 continue
             # the same body the rollout's client built (strict tools, per-turn seed episode*1000+turn)
-            kw = ModelClient(role)._kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
+            kw = ModelClient(role).request_kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
                                            role.max_tokens)
             body = {"model": SERVED, "messages": kw["messages"], "max_tokens": kw["max_tokens"], "seed": kw["seed"],
                     "temperature": kw["temperature"], "top_p": kw["top_p"], **kw.get("extra_body", {})}

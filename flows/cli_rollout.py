@@ -36,6 +36,13 @@ def _families(requested: list[str]) -> list[str]:
     return list(dict.fromkeys(requested))
 
 
+def _tool_choice(value: str | None) -> str | dict[str, object] | None:
+    """'auto' | 'required' | 'none' pass through; any other value names the one tool every turn must call."""
+    if value is None or value in ("auto", "required", "none"):
+        return value
+    return {"type": "function", "function": {"name": value}}
+
+
 def _harness_for(spec: str, family: str):  # -> Harness (imported lazily: the CLI must start fast)
     import harness
 
@@ -82,8 +89,13 @@ def rollout(
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight per model server.")] = 8,
     max_turns: Annotated[int, typer.Option(min=1, help="Turn limit per episode.")] = 30,
     max_tokens: Annotated[int, typer.Option(min=1, help="Generated tokens per turn.")] = 512,
+    temperature: Annotated[float, typer.Option(min=0.0, max=2.0, help="Sampling temperature (each turn is seeded "
+                                                                      "from the episode seed).")] = 0.0,
     wall_s: Annotated[float, typer.Option(help="Wall-clock limit per episode (seconds).")] = 600.0,
-    tool_choice: Annotated[Optional[str], typer.Option(help="auto | required | none (default: the server's).")] = None,
+    tool_choice: Annotated[Optional[str], typer.Option(
+        help="auto | required | none, or a tool's name to force that tool (default: the server's).")] = None,
+    strict_tools: Annotated[bool, typer.Option(
+        help="Send tool schemas with strict: true; vLLM then constrains the call arguments to them.")] = False,
     tag: Annotated[str, typer.Option(help="Label stored with each trajectory (part of its id).")] = "rollout",
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
 ) -> None:
@@ -102,13 +114,14 @@ def rollout(
     for fam in _families(list(family or [])):
         model_str = model.replace(FAMILY_PLACEHOLDER, fam)
         # One server: it is part of the model's identity. Several: replicas of one model, routed per episode.
-        role = ModelRole(model=model_str, api_base=urls[0] if len(urls) == 1 else None, max_tokens=max_tokens)
+        role = ModelRole(model=model_str, api_base=urls[0] if len(urls) == 1 else None, max_tokens=max_tokens,
+                         temperature=temperature, strict_tools=strict_tools)
         if len(urls) > 1:
             routes[model_str] = urls
         h = _harness_for(harness_spec, fam)
         for inst in tasks.instances(fam, split)[:n]:  # type: ignore[arg-type]
             jobs += [RolloutJob(instance=inst, harness=h, model=role, seed=s, limits=limits, tag=tag,
-                                tool_choice=tool_choice) for s in range(seeds)]
+                                tool_choice=_tool_choice(tool_choice)) for s in range(seeds)]
     if not jobs:
         console.print("[red]no jobs:[/] no family selected has instances in that split")
         raise typer.Exit(1)

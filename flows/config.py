@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import tasks
-from agents.records import ModelRole
+from agents.records import ModelRole, ToolChoice
 from agents.rollout import Limits
 from deploy.vllm_server import ServeSpec
 from tasks.base import SPLIT_RANGES
@@ -39,7 +39,9 @@ class EvalPair(BaseModel):
     harness: str = Field(default="baseline", description="'baseline' (h0 per family) or a harness JSON file.")
     adapter: str | None = Field(default=None, description="A name from `adapters`: call the role's server under it.")
     label: str | None = Field(default=None, description="Column name in tables; default '<model>' (+ '@<adapter>').")
-    tool_choice: str | None = Field(default=None, description="Passed to every model call ('required', 'auto', ...).")
+    tool_choice: ToolChoice | None = Field(
+        default=None, description="Passed to every model call: 'auto', 'required', 'none' or a named function "
+                                  "{type: function, function: {name: ...}}.")
 
     @property
     def name(self) -> str:

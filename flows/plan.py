@@ -38,7 +38,7 @@ class Chunk(BaseModel):
 
 def model_signature(role: ModelRole) -> dict[str, object]:
     """What about a role changes its rollouts (not where it is served, nor timeouts and retries)."""
-    return role.model_dump(include={"model", "temperature", "top_p", "max_tokens", "extra_body"})
+    return role.model_dump(include={"model", "temperature", "top_p", "max_tokens", "extra_body", "strict_tools"})
 
 
 def pair_stage(pair: EvalPair) -> str:

@@ -190,6 +190,26 @@ def test_cli_rollout_on_oracle_writes_parquet_and_reports_100(ray_local: None, t
     assert "100.0%" in result.output
 
 
+@pytest.mark.vllm
+def test_cli_rollout_forces_one_tool_with_strict_schemas(vllm_server: str, ray_local: None, tmp_path) -> None:
+    """`--tool-choice <tool> --strict-tools`: every turn of the tiny model is a valid call of that tool (sampled:
+    greedy decoding loops on whitespace inside the arguments until max_tokens)."""
+    from agents.trajectory_table import read_trajectories
+    from flows.cli import app
+
+    if "stock_alert" not in tasks.families():
+        pytest.skip("needs the stock_alert family")
+    args = ["rollout", "--model", "hosted_vllm/tiny", "--api-base", vllm_server, "--family", "stock_alert",
+            "--split", "val", "--n", "2", "--max-turns", "2", "--max-tokens", "64", "--temperature", "1", "--tool-choice", "list_sheets",
+            "--strict-tools", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    trajs = read_trajectories(tmp_path / "trajectories.parquet")
+    assert len(trajs) == 2 and all(t.stop_reason == "max_turns" for t in trajs), [(t.stop_reason, t.messages[-1]) for t in trajs]
+    calls = [(c.name, c.arguments) for t in trajs for turn in t.turns for c in turn.tool_calls]
+    assert calls == [("list_sheets", {})] * 4
+
+
 def test_actor_resets_rays_worker_niceness_on_every_thread() -> None:
     """Ray starts workers at nice 15; a rollout actor puts each thread of its process back to 0 (when it may)."""
     import os
