@@ -20,14 +20,16 @@ A `Family` generates 100 seeded instances (indices 0-19 train, 20-39 val, 40-99 
 from __future__ import annotations
 
 import functools
-
 import hashlib
 import inspect
 import json
 import logging
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
+
+from pydantic import BaseModel
 
 from tasks.records import SPLITS, FinalAnswer, Split, Step, TaskInstance, ToolCall, ToolResult, ToolSpec, Verdict
 from tasks.tooling import ToolError, is_tool, spec_for, validate_arguments
@@ -181,11 +183,49 @@ class Family(ABC):
         )
 
 
+class ServiceFamily(Family):
+    """A family built from three functions: a seeded pydantic payload (`generate_payload(rng, hard)`), its
+    task text (`instruction(payload)`) and an oracle that reads the live environment (`next_action(env)`);
+    even indices are easy, odd hard, so every split holds both. Subclasses set them with `staticmethod(...)`
+    next to `name`, `description` and `env_class`."""
+
+    env_class: ClassVar[type[Environment]]
+    difficulties: ClassVar[tuple[str, ...]] = ("easy", "hard")
+
+    @staticmethod
+    @abstractmethod
+    def generate_payload(rng: random.Random, hard: bool) -> BaseModel: ...
+
+    @staticmethod
+    @abstractmethod
+    def instruction(payload: Any) -> str: ...
+
+    @staticmethod
+    @abstractmethod
+    def next_action(env: Any) -> ToolCall | FinalAnswer: ...
+
+    def generate(self, index: int) -> TaskInstance:
+        rng = random.Random(instance_seed(self.name, index))
+        difficulty = self.difficulties[index % 2]
+        payload = self.generate_payload(rng, difficulty == "hard")
+        return self.new_instance(index, instruction=self.instruction(payload), difficulty=difficulty,
+                                 payload=payload.model_dump())
+
+    def make_env(self, instance: TaskInstance) -> Environment:
+        return self.env_class(instance)
+
+    def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
+        if not isinstance(env, self.env_class):
+            raise TypeError(f"{self.name} oracle needs a {self.env_class.__name__}, got {type(env).__name__}")
+        return self.next_action(env)
+
+
 __all__ = [
     "SPLITS",
     "SPLIT_RANGES",
     "Environment",
     "Family",
+    "ServiceFamily",
     "FinalAnswer",
     "Step",
     "TaskInstance",
