@@ -15,16 +15,13 @@ from tasks.anomaly_detection import AnomalyDetectionEnv
 from tasks.anomaly_detection.data import PARAMS_KEY, ground_truth, ground_truth_from, range_of, readings
 from tasks.anomaly_detection.oracle import anomaly_sql, report_csv
 from tasks.records import ToolCall
-from tasks_helpers import solve
+from tasks_helpers import assert_replay_is_exact, reset_env, solve
 
 FAMILY = "anomaly_detection"
 
 
 def _env(index: int) -> AnomalyDetectionEnv:
-    env = tasks.make_env(tasks.get(FAMILY).generate(index))
-    env.reset()
-    assert isinstance(env, AnomalyDetectionEnv)
-    return env
+    return reset_env(FAMILY, index, AnomalyDetectionEnv)
 
 
 def test_generation_is_deterministic_across_processes() -> None:
@@ -59,18 +56,8 @@ async def test_oracle_sql_selects_exactly_the_ground_truth(index: int) -> None:
 
 @pytest.mark.parametrize("index", [0, 1])
 async def test_replay_reproduces_results_and_state(index: int) -> None:
-    env = _env(index)
-    steps = await solve(env)
-    calls = [s.call for s in steps] + [ToolCall(name="sql_query", arguments={"sql": "DELETE FROM readings"})]
-    first = await env.replay(calls)
-    state = env.state()
-    again = _env(index)
-    second = await again.replay(calls)
-    assert [s.result for s in first] == [s.result for s in second]
-    assert state == again.state()
-    assert again.verify().score == 1.0
-    env.close()
-    again.close()
+    extra = [ToolCall(name="sql_query", arguments={"sql": "DELETE FROM readings"})]
+    await assert_replay_is_exact(FAMILY, index, AnomalyDetectionEnv, extra)
 
 
 async def test_sql_tool_is_read_only_and_bounded() -> None:

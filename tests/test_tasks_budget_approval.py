@@ -4,8 +4,6 @@ generation deterministic across processes, replay exact, keyword replies determi
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -14,16 +12,13 @@ from tasks.budget_approval import BudgetApprovalEnv
 from tasks.budget_approval.data import SUMMARY_PATH, decide, money
 from tasks.budget_approval.oracle import summary_csv
 from tasks.records import Step, ToolCall
-from tasks_helpers import solve
+from tasks_helpers import assert_replay_is_exact, instances_in_fresh_process, reset_env, solve
 
 FAMILY = "budget_approval"
 
 
 def _env(index: int) -> BudgetApprovalEnv:
-    env = tasks.make_env(tasks.get(FAMILY).generate(index))
-    env.reset()
-    assert isinstance(env, BudgetApprovalEnv)
-    return env
+    return reset_env(FAMILY, index, BudgetApprovalEnv)
 
 
 def test_every_decision_kind_occurs() -> None:
@@ -36,24 +31,14 @@ def test_every_decision_kind_occurs() -> None:
 
 
 def test_generation_is_deterministic_across_processes() -> None:
-    code = ("import json, tasks; print(json.dumps([i.model_dump() for i in tasks.instances('budget_approval')], "
-            "sort_keys=True))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == json.dumps([i.model_dump() for i in tasks.instances(FAMILY)], sort_keys=True)
+    here = [i.model_dump(mode="json") for i in tasks.instances(FAMILY)]
+    assert instances_in_fresh_process(FAMILY, list(range(len(here)))) == here
 
 
 @pytest.mark.parametrize("index", [0, 1, 8, 9])
 async def test_replay_reproduces_results_and_state(index: int) -> None:
-    env = _env(index)
-    steps = await solve(env)
-    calls = [s.call for s in steps] + [ToolCall(name="send_message", arguments={"to": "U99", "text": "hi"})]
-    first = await env.replay(calls)
-    state = env.state()
-    again = _env(index)
-    second = await again.replay(calls)
-    assert [s.result for s in first] == [s.result for s in second]
-    assert state == again.state()
-    assert again.verify().score == 1.0
+    extra = [ToolCall(name="send_message", arguments={"to": "U99", "text": "hi"})]
+    await assert_replay_is_exact(FAMILY, index, BudgetApprovalEnv, extra)
 
 
 async def test_keyword_replies() -> None:

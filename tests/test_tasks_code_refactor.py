@@ -132,7 +132,7 @@ async def test_oracle_recovers_from_a_messy_state(make):
     env = make("move_module", hard=True)
     spec = env.spec
     await env.call("write_file", {"path": f"{spec.pkg}/junk.py", "content": f"from {spec.pkg}.helpers import *\n"})
-    await env.call("write_file", {"path": f"tests/test_extra.py", "content": "import unittest\n"
+    await env.call("write_file", {"path": "tests/test_extra.py", "content": "import unittest\n"
                    "class T(unittest.TestCase):\n    def test_fail(self):\n        self.fail()\n"})
     await env.call("shell", {"command": f"mkdir -p {spec.pkg}/{spec.subpackage}/helpers.py"})  # dir in the way
     await solve(env)

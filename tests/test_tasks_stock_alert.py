@@ -3,51 +3,31 @@ generation deterministic across processes, replay exact."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 import tasks
 from tasks.records import ToolCall
 from tasks.stock_alert import StockAlertEnv
 from tasks.stock_alert.data import expected_row, low_stock, render, threshold_of
-from tasks_helpers import solve
+from tasks_helpers import assert_replay_is_exact, instances_in_fresh_process, reset_env, solve
 
 FAMILY = "stock_alert"
 
 
 def _env(index: int) -> StockAlertEnv:
-    env = tasks.make_env(tasks.get(FAMILY).generate(index))
-    env.reset()
-    assert isinstance(env, StockAlertEnv)
-    return env
+    return reset_env(FAMILY, index, StockAlertEnv)
 
 
 def test_generation_is_deterministic_across_processes() -> None:
-    code = ("import json, tasks; print(json.dumps([i.model_dump() for i in tasks.instances('stock_alert')], "
-            "sort_keys=True))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    here = json.dumps([i.model_dump() for i in tasks.instances(FAMILY)], sort_keys=True)
-    assert out.strip() == here
+    here = [i.model_dump(mode="json") for i in tasks.instances(FAMILY)]
+    assert instances_in_fresh_process(FAMILY, list(range(len(here)))) == here
 
 
 @pytest.mark.parametrize("index", [0, 1, 6, 7])
 async def test_replay_reproduces_results_and_state(index: int) -> None:
-    env = _env(index)
-    steps = await solve(env)
-    # a few errors in the middle must replay identically too
-    calls = [s.call for s in steps] + [ToolCall(name="read_sheet", arguments={"title": "nope"})]
-    first = await env.replay(calls)
-    state = env.state()
-    again = _env(index)
-    second = await again.replay(calls)
-    assert [s.result for s in first] == [s.result for s in second]
-    assert state == again.state()
-    assert again.verify().score == 1.0
-    env.close()
-    again.close()
+    # an erroring call must replay identically too
+    extra = [ToolCall(name="read_sheet", arguments={"title": "nope"})]
+    await assert_replay_is_exact(FAMILY, index, StockAlertEnv, extra)
 
 
 async def test_malformed_calls_are_errors_without_state_change() -> None:
