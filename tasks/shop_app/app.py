@@ -58,6 +58,12 @@ def parse_money(text: str) -> int | None:
     return int(whole) * 100 + int((frac + "00")[:2])
 
 
+def where(filters: list[tuple[bool, str, list[object]]]) -> tuple[str, list[object]]:
+    """The SQL condition and parameters of a list page's filters: (applies, clause, params) per filter."""
+    used = [(clause, params) for applies, clause, params in filters if applies]
+    return " AND ".join(["1=1", *(c for c, _ in used)]), [x for _, ps in used for x in ps]
+
+
 def _valid_date(text: str) -> bool:
     try:
         date.fromisoformat(text)
@@ -187,23 +193,19 @@ class ShopApp:
         p = req.arg("page")
         return max(1, int(p)) if p.isdigit() else 1
 
+    def _paged(self, req: Request, count_sql: str, rows_sql: str, params: list[object]) -> tuple[list[sqlite3.Row], int, int]:
+        """(rows of the requested page, page number, total rows) of a list page's query."""
+        total = self._con.execute(count_sql, params).fetchone()[0]
+        page = self._page_no(req)
+        rows = self._con.execute(f"{rows_sql} LIMIT ? OFFSET ?", [*params, P.PER_PAGE, (page - 1) * P.PER_PAGE]).fetchall()
+        return rows, page, total
+
     def _products(self, req: Request) -> Response:
         q, cat, status = req.arg("q"), req.arg("category"), req.arg("status")
-        where, params = ["1=1"], []
-        if q:
-            where.append("(LOWER(name) LIKE ? OR LOWER(sku) LIKE ?)")
-            params += [f"%{q.lower()}%"] * 2
-        if cat:
-            where.append("category = ?")
-            params.append(cat)
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        sql = " AND ".join(where)
-        total = self._con.execute(f"SELECT COUNT(*) FROM products WHERE {sql}", params).fetchone()[0]
-        page = self._page_no(req)
-        rows = self._con.execute(f"SELECT * FROM products WHERE {sql} ORDER BY sku LIMIT ? OFFSET ?",
-                                 [*params, P.PER_PAGE, (page - 1) * P.PER_PAGE]).fetchall()
+        sql, params = where([(bool(q), "(LOWER(name) LIKE ? OR LOWER(sku) LIKE ?)", [f"%{q.lower()}%"] * 2),
+                             (bool(cat), "category = ?", [cat]), (bool(status), "status = ?", [status])])
+        rows, page, total = self._paged(req, f"SELECT COUNT(*) FROM products WHERE {sql}",
+                                        f"SELECT * FROM products WHERE {sql} ORDER BY sku", params)
         form = self._filter_form("/products", P.text_input("q", "Search name or SKU", q)
                                  + P.select("category", "Category", [("", "All categories")] + [(c, c) for c in CATEGORIES], cat)
                                  + P.select("status", "Status", [("", "Any status"), ("enabled", "enabled"), ("disabled", "disabled")], status))
@@ -311,17 +313,10 @@ class ShopApp:
     # --- stock ------------------------------------------------------------------------------------
     def _stock(self, req: Request) -> Response:
         cat, below, status = req.arg("category"), req.arg("below"), req.arg("status")
-        where, params = ["1=1"], []
-        if cat:
-            where.append("category = ?")
-            params.append(cat)
-        if below.isdigit():
-            where.append("stock < ?")
-            params.append(int(below))
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        rows = self._con.execute(f"SELECT * FROM products WHERE {' AND '.join(where)} ORDER BY sku", params).fetchall()
+        sql, params = where([(bool(cat), "category = ?", [cat]),
+                             (below.isdigit(), "stock < ?", [int(below)] if below.isdigit() else []),
+                             (bool(status), "status = ?", [status])])
+        rows = self._con.execute(f"SELECT * FROM products WHERE {sql} ORDER BY sku", params).fetchall()
         form = self._filter_form("/stock", P.select("category", "Category", [("", "All categories")] + [(c, c) for c in CATEGORIES], cat)
                                  + P.text_input("below", "Stock below", below, type_="number")
                                  + P.select("status", "Status", [("", "Any status"), ("enabled", "enabled"), ("disabled", "disabled")], status))
@@ -356,22 +351,11 @@ class ShopApp:
     # --- orders and customers ---------------------------------------------------------------------
     def _orders(self, req: Request) -> Response:
         cust, status, year = req.arg("customer"), req.arg("status"), req.arg("year")
-        where, params = ["1=1"], []
-        if cust:
-            where.append("(LOWER(c.name) LIKE ? OR LOWER(c.email) LIKE ?)")
-            params += [f"%{cust.lower()}%"] * 2
-        if status:
-            where.append("o.status = ?")
-            params.append(status)
-        if year:
-            where.append("substr(o.date, 1, 4) = ?")
-            params.append(year)
-        sql = " AND ".join(where)
+        sql, params = where([(bool(cust), "(LOWER(c.name) LIKE ? OR LOWER(c.email) LIKE ?)", [f"%{cust.lower()}%"] * 2),
+                             (bool(status), "o.status = ?", [status]), (bool(year), "substr(o.date, 1, 4) = ?", [year])])
         base = "FROM orders o JOIN customers c ON c.id = o.customer_id WHERE " + sql
-        total = self._con.execute(f"SELECT COUNT(*) {base}", params).fetchone()[0]
-        page = self._page_no(req)
-        rows = self._con.execute(f"SELECT o.*, c.name AS cname {base} ORDER BY o.date, o.id LIMIT ? OFFSET ?",
-                                 [*params, P.PER_PAGE, (page - 1) * P.PER_PAGE]).fetchall()
+        rows, page, total = self._paged(req, f"SELECT COUNT(*) {base}",
+                                        f"SELECT o.*, c.name AS cname {base} ORDER BY o.date, o.id", params)
         form = self._filter_form("/orders", P.text_input("customer", "Customer name or email", cust)
                                  + P.select("status", "Status", [("", "Any status")] + [(s, s) for s in ORDER_STATUSES], status)
                                  + P.select("year", "Year", [("", "Any year")] + [(str(y), str(y)) for y in YEARS], year))
@@ -409,19 +393,12 @@ class ShopApp:
 
     def _customers(self, req: Request) -> Response:
         q, group = req.arg("q"), req.arg("group")
-        where, params = ["1=1"], []
-        if q:
-            where.append("(LOWER(name) LIKE ? OR LOWER(email) LIKE ?)")
-            params += [f"%{q.lower()}%"] * 2
-        if group:
-            where.append('"group" = ?')
-            params.append(group)
-        sql = " AND ".join(where)
-        total = self._con.execute(f"SELECT COUNT(*) FROM customers WHERE {sql}", params).fetchone()[0]
-        page = self._page_no(req)
-        rows = self._con.execute(
+        sql, params = where([(bool(q), "(LOWER(name) LIKE ? OR LOWER(email) LIKE ?)", [f"%{q.lower()}%"] * 2),
+                             (bool(group), '"group" = ?', [group])])
+        rows, page, total = self._paged(
+            req, f"SELECT COUNT(*) FROM customers WHERE {sql}",
             f"SELECT c.*, (SELECT COUNT(*) FROM orders o WHERE o.customer_id=c.id) AS n FROM customers c "
-            f"WHERE {sql} ORDER BY name LIMIT ? OFFSET ?", [*params, P.PER_PAGE, (page - 1) * P.PER_PAGE]).fetchall()
+            f"WHERE {sql} ORDER BY name", params)
         form = self._filter_form("/customers", P.text_input("q", "Search name or email", q)
                                  + P.select("group", "Group", [("", "Any group")] + [(g, g) for g in CUSTOMER_GROUPS], group))
         body = form + P.table(("Name", "Email", "City", "Group", "Orders", "Actions"), [
@@ -444,21 +421,12 @@ class ShopApp:
     # --- reviews ----------------------------------------------------------------------------------
     def _reviews(self, req: Request) -> Response:
         product, status, rating = req.arg("product"), req.arg("status"), req.arg("rating")
-        where, params = ["1=1"], []
-        if product:
-            where.append("(LOWER(p.name) LIKE ? OR LOWER(p.sku) LIKE ?)")
-            params += [f"%{product.lower()}%"] * 2
-        if status:
-            where.append("r.status = ?")
-            params.append(status)
-        if rating.isdigit():
-            where.append("r.rating = ?")
-            params.append(int(rating))
-        base = "FROM reviews r JOIN products p ON p.sku = r.sku WHERE " + " AND ".join(where)
-        total = self._con.execute(f"SELECT COUNT(*) {base}", params).fetchone()[0]
-        page = self._page_no(req)
-        rows = self._con.execute(f"SELECT r.*, p.name AS pname {base} ORDER BY r.id LIMIT ? OFFSET ?",
-                                 [*params, P.PER_PAGE, (page - 1) * P.PER_PAGE]).fetchall()
+        sql, params = where([(bool(product), "(LOWER(p.name) LIKE ? OR LOWER(p.sku) LIKE ?)", [f"%{product.lower()}%"] * 2),
+                             (bool(status), "r.status = ?", [status]),
+                             (rating.isdigit(), "r.rating = ?", [int(rating)] if rating.isdigit() else [])])
+        base = "FROM reviews r JOIN products p ON p.sku = r.sku WHERE " + sql
+        rows, page, total = self._paged(req, f"SELECT COUNT(*) {base}", f"SELECT r.*, p.name AS pname {base} ORDER BY r.id",
+                                        params)
         here = "/reviews?" + urlencode({k: v for k, v in {"product": product, "status": status, "rating": rating,
                                                            "page": req.arg("page")}.items() if v})
 
