@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,7 @@ def requests_of(trajectories: list[Any], role: Any, tool_choice: Any) -> list[di
     """The chat requests the rollouts made (the conversation before each assistant message), turn by turn."""
     from agents.client import ModelClient
 
+    client = ModelClient(role)
     by_turn: list[tuple[int, dict[str, Any]]] = []
     for t in trajectories:
         turn = 0
@@ -102,8 +104,8 @@ def requests_of(trajectories: list[Any], role: Any, tool_choice: Any) -> list[di
             if m.get("role") != "assistant":
                 continue
             # the same body the rollout's client built (strict tools, per-turn seed episode*1000+turn)
-            kw = ModelClient(role).request_kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
-                                           role.max_tokens)
+            kw = client.request_kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
+                                       role.max_tokens)
             body = {"model": SERVED, "messages": kw["messages"], "max_tokens": kw["max_tokens"], "seed": kw["seed"],
                     "temperature": kw["temperature"], "top_p": kw["top_p"], **kw.get("extra_body", {})}
             if "tools" in kw:
@@ -221,8 +223,7 @@ def main() -> None:
                     "direct_errors": d_errors, "turns": turns, "requests": len(bodies),
                     "tool_turns": sum(bool(x.tool_calls) for t in trajs for x in t.turns),
                     "tool_errors": sum(r.is_error for t in trajs for x in t.turns for r in x.tool_results),
-                    "stops": dict(sorted({s: sum(t.stop_reason == s for t in trajs) for s in
-                                          {t.stop_reason for t in trajs}}.items())),
+                    "stops": dict(sorted(Counter(t.stop_reason for t in trajs).items())),
                     "pool_cpu_ms_per_turn": 1000 * pool_cpu / max(turns, 1),
                     "direct_cpu_ms_per_request": 1000 * d_cpu / max(len(bodies), 1),
                     "overhead_ms": [1000 * x.per_turn(x.overhead_s) for x in timings],
