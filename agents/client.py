@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
@@ -23,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetc
 import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.records import ModelRole, ToolChoice
+from agents.records import InjectedFault, ModelRole, ToolChoice
 from tasks.records import ToolCall
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ class ModelResponse(BaseModel):
     latency_s: float = 0.0
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    logprobs: list[float] | None = Field(default=None, description="Sampled tokens' logprobs (None: provider has none).")
+    injected_faults: list[InjectedFault] = Field(
+        default_factory=list, description="Simulated students only: faults this reply carries (turn set by the runtime).")
 
     @property
     def content(self) -> str:
@@ -95,8 +99,15 @@ def _ensure_custom_providers() -> None:
     litellm.utils.custom_llm_setup()
 
 
+OWN_PROVIDERS = ("oracle",)  # providers of this project: they receive the per-call `context`
+
+
 class ModelClient:
-    """Async client for one role. Cheap to create; holds no connection state of its own."""
+    """Async client for one role. Cheap to create; holds no connection state of its own.
+
+    `complete(..., context={"instance_id": ...})`: per-call facts our own providers need (the instance a
+    conversation belongs to: instructions can repeat within a family). Other providers never see it.
+    """
 
     def __init__(self, role: ModelRole) -> None:
         self.role = role
@@ -104,7 +115,8 @@ class ModelClient:
             _ensure_custom_providers()
 
     def request_kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                       tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
+                       tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None,
+                       context: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The `litellm.acompletion` arguments of one call (also what a benchmark replays to the server)."""
         r = self.role
         kw: dict[str, Any] = {
@@ -126,6 +138,8 @@ class ModelClient:
             kw["seed"] = seed
         if r.provider == "hosted_vllm" and r.return_token_ids:
             extra["return_token_ids"] = True
+        if context and r.provider in OWN_PROVIDERS:
+            extra.update(context)
         if extra:
             kw["extra_body"] = extra
         return kw
@@ -138,8 +152,9 @@ class ModelClient:
         tool_choice: ToolChoice | None = None,
         seed: int | None = None,
         max_tokens: int | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> ModelResponse:
-        kwargs = self.request_kwargs(messages, tools, tool_choice, seed, max_tokens)
+        kwargs = self.request_kwargs(messages, tools, tool_choice, seed, max_tokens, context)
         delay = 0.5
         for attempt in range(self.role.retries + 1):
             t0 = time.perf_counter()

@@ -58,6 +58,21 @@ class ModelRole(BaseModel):
         return self.model if not self.api_base else f"{self.model}@{self.api_base}"
 
 
+class InjectedFault(BaseModel):
+    """Ground truth of a simulated student (`flawed/<family>`): a fault it injected on purpose.
+
+    Only measurement code (localization / attribution accuracy) may read these. Locators, attributors and
+    reflectors get `Trajectory.view()`, which has none, and refuse a trajectory that still carries them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    turn: int = Field(ge=0, description="Assistant turn the fault was injected in.")
+    category: str = Field(description="Failure-ontology category, e.g. 'tool_use', 'planning'.")
+    kind: str = Field(description="The concrete fault, e.g. 'mistyped_argument', 'skip_page'.")
+    detail: str = Field(default="", description="What was changed, for humans.")
+
+
 class TriggerRecord(BaseModel):
     """A harness component that fired during a turn (for component trigger rates and attribution)."""
 
@@ -106,6 +121,18 @@ class Trajectory(BaseModel):
     error: str = ""
     wall_s: float = 0.0
     tag: str = Field(default="", description="Free label: 'rollout', 'correction', 'imitation', ...")
+    injected_faults: list[InjectedFault] = Field(
+        default_factory=list, description="Simulation ground truth (flawed students only); see `view()`.")
+
+    def view(self) -> "Trajectory":
+        """The trajectory as the pipeline may see it: without simulation ground truth."""
+        return self.model_copy(update={"injected_faults": []})
+
+    def require_view(self, who: str) -> "Trajectory":
+        """Raise if simulation ground truth is still attached (a caller forgot `view()`); else return self."""
+        if self.injected_faults:
+            raise ValueError(f"{who} must not read injected-fault ground truth: pass trajectory.view()")
+        return self
 
     @property
     def family(self) -> str:

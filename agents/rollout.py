@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.client import ModelCallError, ModelClient, parse_tool_calls
-from agents.records import ModelRole, ToolChoice, Trajectory, TriggerRecord, TurnRecord
+from agents.records import InjectedFault, ModelRole, ToolChoice, Trajectory, TriggerRecord, TurnRecord
 from harness.context import content_chars, split_for_window, summary_request, truncate, turn_starts, windowed
 from harness.helpers import HelperState
 from harness.hooks import AfterToolError, AtTurn, BeforeToolCall, ContextSize, Hook, OnFinish, RepeatedCall, matches_call, tool_matches
@@ -91,6 +91,7 @@ class _Episode:
         self.summarized_turns = 0
         self.pending_cost = 0.0  # summarizer cost, charged to the next turn
         self.pending_triggers: list[TriggerRecord] = []  # fired before a model call, belong to that turn
+        self.injected: list[InjectedFault] = []  # simulated students' ground truth, per turn
 
     # --- hooks ----------------------------------------------------------------------------------
 
@@ -128,7 +129,8 @@ class _Episode:
             view = await self._view(turn, triggers)
             try:
                 resp = await self.client.complete(view, self.tools_openai or None, tool_choice=self.tool_choice,
-                                                  seed=self._turn_seed(turn), max_tokens=self.limits.max_tokens_per_turn)
+                                                  seed=self._turn_seed(turn), max_tokens=self.limits.max_tokens_per_turn,
+                                                  context={"instance_id": self.env.instance.id})
             except ModelCallError as e:
                 self.pending_triggers = triggers
                 raise _Stop(e.kind, str(e)) from None
@@ -140,6 +142,7 @@ class _Episode:
                              completion_tokens=resp.completion_tokens, cost_usd=cost,
                              prompt_token_ids=resp.prompt_token_ids, completion_token_ids=resp.completion_token_ids)
             self.turns.append(rec)
+            self.injected.extend(f.model_copy(update={"turn": turn}) for f in resp.injected_faults)
             self.messages.append(resp.message)
             if resp.tool_calls:
                 await self._run_calls(rec, resp.tool_calls)
@@ -380,8 +383,6 @@ async def run_episode(
     """
     t0 = time.perf_counter()
     client = model if isinstance(model, ModelClient) else ModelClient(model)
-    if client.role.provider == "oracle":  # instructions can repeat within a family: name the instance
-        client = ModelClient(client.role.model_copy(update={"extra_body": {**client.role.extra_body, "instance_id": env.instance.id}}))
     stop_reason, error = "error", ""
     ep: _Episode | None = None
     tools: list[dict[str, Any]] = []
@@ -411,7 +412,7 @@ async def run_episode(
     return Trajectory(
         instance=env.instance, harness_id=harness.id, model_id=client.role.id, seed=seed, messages=messages,
         tools=tools, turns=turns, stop_reason=stop_reason, verdict=_verify(env), error=error,
-        wall_s=time.perf_counter() - t0, tag=tag,
+        wall_s=time.perf_counter() - t0, tag=tag, injected_faults=ep.injected if ep else [],
     ).with_id()
 
 

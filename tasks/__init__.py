@@ -52,8 +52,8 @@ def get(name: str) -> Family:
     return cls()
 
 
-def instances(family: str, split: Split | None = None) -> list[TaskInstance]:
-    return get(family).instances(split)
+def instances(family: str, split: Split | None = None, n: int | None = None) -> list[TaskInstance]:
+    return get(family).instances(split, n)
 
 
 def instance(instance_id: str) -> TaskInstance:

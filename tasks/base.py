@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from tasks.records import SPLITS, FinalAnswer, Split, Step, TaskInstance, ToolCall, ToolResult, ToolSpec, Verdict
+from tasks.records import PRETRAIN_START, SPLITS, FinalAnswer, Split, Step, TaskInstance, ToolCall, ToolResult, ToolSpec, Verdict
 from tasks.tooling import ToolError, is_tool, spec_for, validate_arguments
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,18 @@ MAX_RESULT_CHARS = 20_000  # the environment's own cap; harness context policy m
 
 
 def split_of(index: int) -> Split:
+    """train 0-19, val 20-39, test 40-99, pretrain >= 1000 (100-999 are reserved and refused)."""
     for split, rng in SPLIT_RANGES.items():
         if index in rng:
             return split
-    raise ValueError(f"instance index {index} outside 0..{N_INSTANCES - 1}")
+    if index >= PRETRAIN_START:
+        return "pretrain"
+    raise ValueError(f"instance index {index} is neither 0..{N_INSTANCES - 1} (train/val/test) nor >= {PRETRAIN_START} (pretrain)")
+
+
+def pretrain_indices(n: int, start: int = 0) -> range:
+    """The first `n` pretrain indices after skipping `start` of them: disjoint from train/val/test by construction."""
+    return range(PRETRAIN_START + start, PRETRAIN_START + start + n)
 
 
 def instance_seed(family: str, index: int) -> int:
@@ -165,9 +173,22 @@ class Family(ABC):
         Must solve the instance from any reachable state where that is still possible.
         """
 
-    def instances(self, split: Split | None = None) -> list[TaskInstance]:
+    def normalize_result(self, tool: str, content: str) -> str:
+        """A tool result with its volatile parts (e.g. timestamps, generated ids) replaced by placeholders.
+
+        Replaying a recorded prefix compares each replayed result with the recorded one after this
+        normalisation (`agents.prefix`); families whose tools return such parts override it. Identity here.
+        """
+        return content
+
+    def instances(self, split: Split | None = None, n: int | None = None) -> list[TaskInstance]:
+        """A split's instances (all 100 evaluation instances when None); `pretrain` needs `n` (it is unbounded)."""
+        if split == "pretrain":
+            if n is None:
+                raise ValueError("the pretrain split is unbounded: pass n")
+            return [self.generate(i) for i in pretrain_indices(n)]
         indices = SPLIT_RANGES[split] if split else range(N_INSTANCES)
-        return [self.generate(i) for i in indices]
+        return [self.generate(i) for i in (indices if n is None else indices[:n])]
 
     def new_instance(self, index: int, *, instruction: str, difficulty: str, payload: dict[str, Any]) -> TaskInstance:
         """Helper for `generate`: fills id, split and seed consistently."""
@@ -235,6 +256,7 @@ __all__ = [
     "ToolSpec",
     "Verdict",
     "instance_seed",
+    "pretrain_indices",
     "split_of",
 ]
 

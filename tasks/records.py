@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Split = Literal["train", "val", "test"]
-SPLITS: tuple[Split, ...] = ("train", "val", "test")
+Split = Literal["train", "val", "test", "pretrain"]
+SPLITS: tuple[Split, ...] = ("train", "val", "test")  # the evaluation splits (indices 0-99)
+PRETRAIN_START = 1000  # indices >= this form the `pretrain` split: demonstrations for students, never evaluated
 
 
 class TaskInstance(BaseModel):
@@ -21,7 +22,7 @@ class TaskInstance(BaseModel):
 
     id: str = Field(description="Stable id, '<family>/<index>'.")
     family: str
-    index: int = Field(ge=0, description="Position in the family's 100 instances; fixes the split.")
+    index: int = Field(ge=0, description="0-99: train/val/test; >= 1000: pretrain. Fixes the split.")
     split: Split
     instruction: str = Field(description="The task prompt the user message carries.")
     difficulty: str = Field(description="e.g. 'easy' | 'hard'; at least two levels per family.")
