@@ -197,6 +197,24 @@ def loop_call(s: Script, inst: Any) -> tuple[Script, int, str]:
     return s[:i + 1] + [first, first, first, Step(text="Stopping here.")], i + 1, f"{first.calls[0][0]} called 3 times in a row, then gave up"
 
 
+def stale_value(s: Script, inst: Any) -> tuple[Script, int, str]:
+    i = find(s, "append_rows")
+    rows = [list(r) for r in s[i].calls[0][1]["rows"]]
+    if not rows:
+        raise NotApplicable("no low-stock rows")
+    rows[0][2] = str(int(rows[0][2]) + 7)
+    s[i] = with_args(s[i], rows=rows)
+    return s, i, f"stock of {rows[0][0]} written from a stale value"
+
+
+def adjacent_tool(s: Script, inst: Any) -> tuple[Script, int, str]:
+    i = find(s, "reply_to_thread")
+    tid = s[i].calls[0][1]["thread_id"]
+    manager = next(r["manager_id"] for r in inst.payload["requests"] if r["thread_id"] == tid)
+    s[i] = Step(calls=[("send_message", {"to": manager, "text": s[i].calls[0][1]["text"]})])
+    return s, i, f"decision for {tid} sent as a direct message instead of a thread reply"
+
+
 @dataclass
 class Case:
     name: str
@@ -206,6 +224,7 @@ class Case:
     needs_oracle_trajectory: bool = False
     harness: Callable[[str], Harness] | None = None
     limits: Limits = field(default_factory=Limits)
+    known_miss: str = ""  # the category the heuristic names instead (a documented limitation), if any
 
 
 def blocking_harness(family: str) -> Harness:
@@ -234,6 +253,9 @@ CASES: tuple[Case, ...] = (
     Case("max_turns", "planning", ("anomaly_detection",), limits=Limits(max_turns=2)),
     Case("blocked_valid_call", "environment_or_harness", ("payroll_audit", "anomaly_detection"), harness=blocking_harness),
     Case("hook_stop", "environment_or_harness", ("budget_approval",), harness=stopping_harness),
+    # faults the flawed student may inject that leave no trace the heuristic reads (docs/attribution.md)
+    Case("stale_value", "long_context", ("stock_alert",), stale_value, known_miss="implicit_knowledge"),
+    Case("adjacent_tool", "tool_use", ("budget_approval",), adjacent_tool, known_miss="planning"),
 )
 
 

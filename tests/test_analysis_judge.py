@@ -118,3 +118,15 @@ def test_transcript_trim_rule() -> None:
     short = compress_transcript(_long(5), cfg)
     assert "omitted" not in short and short.count("[turn ") == 5
     assert judge_request(_long(3))[1]["content"].endswith("Which category caused this failure?")
+
+
+@pytest.mark.vllm
+def test_judge_through_a_real_vllm_model(failing: Trajectory, vllm_server: str) -> None:
+    """The tiny random model cannot write the JSON: two invalid answers -> unattributed, through the real path."""
+    from analysis.attribution.judge import ATTEMPTS
+
+    judge = make_attributor("judge:hosted_vllm/tiny", api_base=vllm_server, max_tokens=64,
+                            transcript=TranscriptConfig(max_chars=3000))
+    a = asyncio.run(judge.attribute(failing))
+    assert a.attributor == "judge:hosted_vllm/tiny"
+    assert a.category == "unattributed" and f"invalidly {ATTEMPTS} times" in a.rationale, a.rationale

@@ -12,7 +12,7 @@ per-turn records, the stop reason and the verifier's verdict. Turn lists hold 0-
 | `blocked_valid_turns` | a hook blocked a well-formed call (known tool, schema-valid) that was the first of its kind |
 | `loop_turns` | a run of >= `loop_n` identical consecutive calls (name + arguments) |
 | `requery_turns` | a successful read repeating an earlier successful read with the same arguments and the same result, with other calls in between |
-| `page_gap_turns` | a paginated listing (result JSON with `page`/`pages`, or text "page X of Y") whose pages were not all fetched |
+| `page_gap_turns` | a paginated listing tool (its results are JSON objects with integer `page` and `pages`) whose pages were not all fetched; browser pages are not parsed (a model may rightly skip listing pages there) |
 | `unvisited_sources` | file names the instruction mentions that no call argument ever names (only when no written output has a name the instruction lacks, which would be a renamed output instead) |
 | `unmentioned_outputs` | names (path/key/title arguments) of successful writes that the instruction never mentions |
 | `write_turns` | turns with a successful write-type call |
@@ -31,7 +31,6 @@ from analysis.attribution.calls import Call, calls_of
 
 INFRA_STOPS = ("model_error", "timeout", "error", "harness_stop", "context_overflow", "cost_cap", "truncated")
 _FILE_RE = re.compile(r"[\w\-./]*\w\.(?:csv|json|md|xlsx|txt|py|yaml|yml|html)\b")
-_PAGE_TEXT = re.compile(r"\bpage (\d+) of (\d+)\b", re.IGNORECASE)
 
 
 class Features(BaseModel):
@@ -116,14 +115,15 @@ def _requeries(calls: list[Call]) -> list[int]:
 
 
 def _page_of(result: str) -> tuple[int, int] | None:
+    if not result.startswith("{"):
+        return None
     try:
         doc = json.loads(result)
-        if isinstance(doc, dict) and isinstance(doc.get("page"), int) and isinstance(doc.get("pages"), int):
-            return doc["page"], doc["pages"]
     except (json.JSONDecodeError, ValueError):
-        pass
-    m = _PAGE_TEXT.search(result)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("page"), int) and isinstance(doc.get("pages"), int):
+        return doc["page"], doc["pages"]
+    return None
 
 
 def _page_gaps(calls: list[Call]) -> list[int]:
