@@ -61,3 +61,47 @@ def cost_vs_success(frame: pl.DataFrame, out: Path, order: list[str], group: str
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def composition_bars(table: pl.DataFrame, out: Path, order: list[str]) -> Path:
+    """One stacked bar per pair: the share of its failures in each category (`analysis.composition`)."""
+    every = list(dict.fromkeys(table["category"].to_list()))  # the ontology's order: one colour per category
+    cats = [c for c in every if table.filter(pl.col("category") == c)["n"].sum() > 0]
+    cells = {(r["pair"], r["category"]): r for r in table.iter_rows(named=True)}
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(order) + 3), 4.0))
+    bottom = [0.0] * len(order)
+    for cat in cats:
+        vals = [100 * cells[(p, cat)]["share"] if (p, cat) in cells and cells[(p, cat)]["failures"] else 0.0 for p in order]
+        ax.bar(range(len(order)), vals, 0.6, bottom=bottom, label=cat, color=f"C{every.index(cat) % 10}")
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    labels = [f"{p}\n(n={cells[(p, cats[0])]['failures'] if cats and (p, cats[0]) in cells else 0})" for p in order]
+    ax.set_xticks(range(len(order)), labels, fontsize="small")
+    ax.set_ylabel("share of failures (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("Failure composition per pair")
+    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def trigger_heatmap(table: pl.DataFrame, out: Path, order: list[str]) -> Path:
+    """Components x pairs, colour = share of rollouts in which the component fired (`analysis.triggers`)."""
+    comps = sorted(table["component"].unique().to_list())
+    cells = {(r["pair"], r["component"]): r["rate"] for r in table.iter_rows(named=True)}
+    grid = [[100 * cells.get((p, c), float("nan")) for p in order] for c in comps]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(order) + 3), max(2.5, 0.35 * len(comps) + 1.5)))
+    im = ax.imshow(grid, vmin=0, vmax=100, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize="small")
+    ax.set_yticks(range(len(comps)), comps, fontsize="small")
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if not math.isnan(v):
+                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="white" if v < 60 else "black")
+    fig.colorbar(im, ax=ax, label="rollouts where it fired (%)")
+    ax.set_title("Component trigger rates")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

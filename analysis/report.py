@@ -2,6 +2,10 @@
 
     rep = build_report(frame, order=["student", "expert"], title="...", meta={...})
     paths = write_report(rep, frame, out_dir)    # report.md, family_success.png, cost_vs_success.png
+    rep = build_report(frame, order, title="...", sections=[...])   # extra sections (analysis/report_sections.py)
+
+Sections: by default the component trigger rates (computed from the frame's trajectories); pass `sections`
+to choose them (failure composition needs attributions, the fit table needs to know the base and expert pairs).
 
 `frame` is a trajectory table with a `pair` column (the (model, harness) label). Nothing here is typed in:
 every number comes from `analysis.stats` on the rows.
@@ -9,6 +13,7 @@ every number comes from `analysis.stats` on the rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import plots
+from analysis.report_sections import ReportSection, trajectories_by_pair, trigger_section, write_section_plots
 from analysis.stats import (
     OVERALL,
     PairedDiff,
@@ -35,6 +41,7 @@ class Report(BaseModel):
     family_rows: list[dict[str, str]] = Field(description="Rows = families + overall, columns = pairs (mean ± SEM %).")
     paired: list[PairedDiff] = Field(default_factory=list)
     n_rollouts: int
+    sections: list[ReportSection] = Field(default_factory=list, description="Extra sections, in report order.")
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
@@ -88,10 +95,12 @@ def paired_diffs(frame: pl.DataFrame, order: list[str], n_boot: int = 2000, seed
 
 
 def build_report(frame: pl.DataFrame, order: list[str], *, title: str, meta: dict[str, Any] | None = None,
-                 n_boot: int = 2000) -> Report:
+                 n_boot: int = 2000, sections: Sequence[ReportSection] | None = None) -> Report:
     if frame.is_empty():
         raise ValueError("no trajectories to report on")
     order = [g for g in order if g in set(frame["pair"].to_list())]
+    if sections is None:
+        sections = [trigger_section(trajectories_by_pair(frame), order)]
     meta = meta or {}
     n_seeds = frame["seed"].n_unique()
     fam_rows = wide_table(frame, order=order)
@@ -126,12 +135,15 @@ def build_report(frame: pl.DataFrame, order: list[str], *, title: str, meta: dic
          "tokens (mean)": f"{r['tokens_mean']:.0f}"} for r in cl.iter_rows(named=True)]))
     md.append("\n## Stop reasons\n\n")
     md.append(markdown_table([dict(r) for r in stop_reason_table(frame).iter_rows(named=True)]))
+    for sec in sections:
+        md.append(f"\n## {sec.title}\n\n{sec.markdown}")
     md.append("\n## Plots\n\n![success per family](family_success.png)\n\n![cost vs success](cost_vs_success.png)\n")
-    return Report(markdown="".join(md), family_rows=fam_rows, paired=paired, n_rollouts=frame.height)
+    return Report(markdown="".join(md), family_rows=fam_rows, paired=paired, n_rollouts=frame.height,
+                  sections=list(sections))
 
 
 def write_report(report: Report, frame: pl.DataFrame, out_dir: str | Path, order: list[str]) -> dict[str, Path]:
-    """Writes report.md and the two PNGs into `out_dir` (atomically for the markdown); returns their paths."""
+    """Writes report.md, the two PNGs and the sections' PNGs into `out_dir` (the markdown atomically); returns paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     order = [g for g in order if g in set(frame["pair"].to_list())]
@@ -143,6 +155,7 @@ def write_report(report: Report, frame: pl.DataFrame, out_dir: str | Path, order
         "report": md_path,
         "family_success": plots.family_bars(frame, out / "family_success.png", order),
         "cost_vs_success": plots.cost_vs_success(frame, out / "cost_vs_success.png", order),
+        **write_section_plots(report.sections, out, order),
     }
 
 

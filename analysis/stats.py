@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Literal, TypeVar
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 Metric = Literal["passed", "score"]
+T = TypeVar("T")
 OVERALL = "overall"
 
 
@@ -112,6 +114,32 @@ def pass_k_table(frame: pl.DataFrame, group: str = "pair") -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+def percentile_interval(draws: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile bootstrap interval of `draws` (sorted here; the caller's list is sorted in place)."""
+    if not draws:
+        raise ValueError("no bootstrap draws")
+    draws.sort()
+    n = len(draws)
+    alpha = (1 - confidence) / 2
+    lo = draws[min(n - 1, max(0, int(math.floor(alpha * n))))]
+    hi = draws[min(n - 1, max(0, int(math.ceil((1 - alpha) * n)) - 1))]
+    return lo, hi
+
+
+def cluster_bootstrap(clusters: Sequence[T], statistic: Callable[[list[T]], float], rng: random.Random,
+                      n_boot: int = 2000, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile CI of `statistic` over `clusters` resampled with replacement (`rng` injected, seeded by the caller).
+
+    A cluster is whatever moves together (an instance with all its seeds); the statistic sees the resampled
+    list of clusters.
+    """
+    if not clusters:
+        raise ValueError("cluster bootstrap of no clusters")
+    m = len(clusters)
+    draws = [statistic([clusters[rng.randrange(m)] for _ in range(m)]) for _ in range(n_boot)]
+    return percentile_interval(draws, confidence)
+
+
 class PairedDiff(BaseModel):
     """Difference a − b in success rate on the units (instance, seed) both pairs ran, with a bootstrap CI."""
 
@@ -162,10 +190,7 @@ def paired_bootstrap(frame: pl.DataFrame, a: str, b: str, *, group: str = "pair"
     for _ in range(n_boot):
         idx = [rng.randrange(m) for _ in range(m)]
         boots.append(sum(d[i] for i in idx) / sum(n[i] for i in idx))
-    boots.sort()
-    alpha = (1 - confidence) / 2
-    lo = boots[min(n_boot - 1, max(0, int(math.floor(alpha * n_boot))))]
-    hi = boots[min(n_boot - 1, max(0, int(math.ceil((1 - alpha) * n_boot)) - 1))]
+    lo, hi = percentile_interval(boots, confidence)
     return PairedDiff(a=a, b=b, family=family or OVERALL, diff=diff, ci_low=lo, ci_high=hi, n_units=joined.height,
                       n_instances=m, n_boot=n_boot, confidence=confidence)
 
