@@ -29,7 +29,7 @@ def _console() -> Console:
 
 def list_families() -> None:
     """List the task families present in this checkout: instances per split, difficulties and tools."""
-    from tasks.sandbox import sandbox_backend
+    from tasks.runtime.sandbox import sandbox_backend
 
     table = Table(title="task families")
     for col in ("family", "train", "val", "test", "difficulties", "tools"):

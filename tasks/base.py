@@ -1,7 +1,10 @@
 """The task contract every family implements (the seam between tasks and everything else).
 
-A `Family` generates 100 seeded instances (indices 0-19 train, 20-39 val, 40-99 test), builds an
-`Environment` per instance, and has an oracle policy.
+A `Family` generates seeded instances (indices 0-19 train, 20-39 val, 40-99 test, >= 1000 pretrain), builds
+an `Environment` per instance, has an oracle policy and names every check its verifier can report. Every
+family is one package of the same shape: `data.py` (seeded generation: `draft(index, rng)`), `env.py` (tools,
+state and `snapshot()`), `oracle.py` (`next_action(env, history)`), `verify.py` (`verify(instance,
+snapshot)` and `CHECK_NAMES`), and `__init__.py` declaring the `Family`.
 
 `Environment` contract (invariants the rest of the product relies on):
 - `reset()` (re)builds the initial state from the instance alone and returns the task prompt. Calling it
@@ -10,9 +13,12 @@ A `Family` generates 100 seeded instances (indices 0-19 train, 20-39 val, 40-99 
   missing/extra/mistyped arguments, a huge string or a tool's own `ToolError` all come back as
   `ToolResult(is_error=True)` with a message the model can act on, and nothing is half-written.
 - Tools are deterministic: no wall-clock time, no unseeded randomness. The same instance and the same
-  call sequence give the same results and the same state (`replay`).
-- `submit(FinalAnswer)` records the agent's final message; `verify()` judges the current state (and the
-  final answer) and never raises for a wrong or missing answer: it scores it.
+  call sequence give the same results and the same state (`replay`), up to the volatile parts that
+  `Family.normalize_result` names (temp paths, ports, durations).
+- `submit(FinalAnswer)` records the agent's final message. `snapshot()` returns the final state as the
+  verifier reads it: a frozen record, a copy that shares nothing with the live environment. `verify()`
+  judges it (`verify(instance, snapshot())` of the family's verify module) and never raises for a wrong or
+  missing answer: it scores it.
 - Each environment owns its state (temp workspace, database, browser); `close()` frees it and is safe
   to call twice. Nothing leaks between environments running in parallel.
 """
@@ -29,7 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from tasks.records import PRETRAIN_START, SPLITS, FinalAnswer, Split, Step, TaskInstance, ToolCall, ToolResult, ToolSpec, Verdict
 from tasks.tooling import ToolError, is_tool, spec_for, validate_arguments
@@ -74,7 +80,12 @@ class Environment(ABC):
         """Build the initial state from `self.instance` (called by reset; must discard earlier state)."""
 
     @abstractmethod
-    def verify(self) -> Verdict: ...
+    def verify(self) -> Verdict:
+        """Judge the current state: families implement it as `verify(self.instance, self.snapshot())`."""
+
+    def snapshot(self) -> BaseModel:
+        """The state the verifier reads, as a frozen record that shares nothing with this environment."""
+        raise NotImplementedError(f"{type(self).__name__} does not provide a snapshot()")
 
     def _teardown(self) -> None:
         """Free resources (temp dirs, browsers). Must tolerate being called when setup never ran."""
@@ -151,20 +162,34 @@ def _truncate(text: str, limit: int = MAX_RESULT_CHARS) -> str:
     return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
 
 
+class Draft(BaseModel):
+    """What a family's `data.draft(index, rng)` returns: the instance minus the fields `Family` fills in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instruction: str
+    difficulty: str
+    payload: dict[str, Any]
+
+
 class Family(ABC):
-    """A task family: seeded generator, environment factory and oracle policy."""
+    """A task family, declared in its package's `__init__.py` from its four modules:
+
+    - `draft(index, rng)`: `data.draft`, drawing only from the seeded `rng` it is given;
+    - `env_class`: `env.<Family>Env`, built per instance (cheaply; heavy work belongs in `_setup`);
+    - `oracle_action(env, history)`: `oracle.next_action`, the reference policy;
+    - `check_names`: `verify.CHECK_NAMES`, every check name a verdict of this family can contain.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
     difficulties: ClassVar[tuple[str, ...]]
+    check_names: ClassVar[tuple[str, ...]]
+    env_class: ClassVar[type[Environment]]
 
     @abstractmethod
-    def generate(self, index: int) -> TaskInstance:
-        """Deterministic in (family, index): use `instance_seed(self.name, index)` for a seeded Random."""
-
-    @abstractmethod
-    def make_env(self, instance: TaskInstance) -> Environment:
-        """Construct (cheaply; heavy work belongs in `_setup`) the environment for one instance."""
+    def draft(self, index: int, rng: random.Random) -> Draft:
+        """The instance's text, difficulty and payload; `rng` is seeded by (family, index)."""
 
     @abstractmethod
     def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
@@ -172,6 +197,23 @@ class Family(ABC):
 
         Must solve the instance from any reachable state where that is still possible.
         """
+
+    def generate(self, index: int) -> TaskInstance:
+        """Deterministic in (family, index); an index that is in no split is refused before any work."""
+        split = split_of(index)
+        seed = instance_seed(self.name, index)
+        d = self.draft(index, random.Random(seed))
+        return TaskInstance(id=f"{self.name}/{index}", family=self.name, index=index, split=split,
+                            instruction=d.instruction, difficulty=d.difficulty, seed=seed, payload=d.payload)
+
+    def make_env(self, instance: TaskInstance) -> Environment:
+        return self.env_class(instance)
+
+    def own_env(self, env: Environment) -> Any:
+        """`env`, checked to be this family's environment (the oracle reads its state)."""
+        if not isinstance(env, self.env_class):
+            raise TypeError(f"{self.name} oracle needs a {self.env_class.__name__}, got {type(env).__name__}")
+        return env
 
     def normalize_result(self, tool: str, content: str) -> str:
         """A tool result with its volatile parts (e.g. timestamps, generated ids) replaced by placeholders.
@@ -190,63 +232,13 @@ class Family(ABC):
         indices = SPLIT_RANGES[split] if split else range(N_INSTANCES)
         return [self.generate(i) for i in (indices if n is None else indices[:n])]
 
-    def new_instance(self, index: int, *, instruction: str, difficulty: str, payload: dict[str, Any]) -> TaskInstance:
-        """Helper for `generate`: fills id, split and seed consistently."""
-        return TaskInstance(
-            id=f"{self.name}/{index}",
-            family=self.name,
-            index=index,
-            split=split_of(index),
-            instruction=instruction,
-            difficulty=difficulty,
-            seed=instance_seed(self.name, index),
-            payload=payload,
-        )
-
-
-class ServiceFamily(Family):
-    """A family built from three functions: a seeded pydantic payload (`generate_payload(rng, hard)`), its
-    task text (`instruction(payload)`) and an oracle that reads the live environment (`next_action(env)`);
-    even indices are easy, odd hard, so every split holds both. Subclasses set them with `staticmethod(...)`
-    next to `name`, `description` and `env_class`."""
-
-    env_class: ClassVar[type[Environment]]
-    difficulties: ClassVar[tuple[str, ...]] = ("easy", "hard")
-
-    @staticmethod
-    @abstractmethod
-    def generate_payload(rng: random.Random, hard: bool) -> BaseModel: ...
-
-    @staticmethod
-    @abstractmethod
-    def instruction(payload: Any) -> str: ...
-
-    @staticmethod
-    @abstractmethod
-    def next_action(env: Any) -> ToolCall | FinalAnswer: ...
-
-    def generate(self, index: int) -> TaskInstance:
-        rng = random.Random(instance_seed(self.name, index))
-        difficulty = self.difficulties[index % 2]
-        payload = self.generate_payload(rng, difficulty == "hard")
-        return self.new_instance(index, instruction=self.instruction(payload), difficulty=difficulty,
-                                 payload=payload.model_dump())
-
-    def make_env(self, instance: TaskInstance) -> Environment:
-        return self.env_class(instance)
-
-    def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
-        if not isinstance(env, self.env_class):
-            raise TypeError(f"{self.name} oracle needs a {self.env_class.__name__}, got {type(env).__name__}")
-        return self.next_action(env)
-
 
 __all__ = [
     "SPLITS",
     "SPLIT_RANGES",
+    "Draft",
     "Environment",
     "Family",
-    "ServiceFamily",
     "FinalAnswer",
     "Step",
     "TaskInstance",

@@ -110,6 +110,22 @@ class Verdict(BaseModel):
             feedback="\n".join(lines) if lines else "all checks passed",
         )
 
+    @classmethod
+    def from_items(cls, checks: dict[str, list[tuple[bool, str]]]) -> "Verdict":
+        """For checks made of several items (one per requested change, one per expected name): score =
+        fraction of all items passed; a check passes when all its items do; feedback names each failed
+        item's reason. Check names stay the family's fixed names whatever the instance asks for."""
+        items = [ok for group in checks.values() for ok, _ in group]
+        passed = [k for k, group in checks.items() if all(ok for ok, _ in group)]
+        failed = [k for k in checks if k not in passed]
+        lines = [f"FAILED {k}: " + "; ".join(why for ok, why in checks[k] if not ok) for k in failed]
+        return cls(
+            score=sum(items) / len(items) if items else 0.0,
+            passed_checks=passed,
+            failed_checks=failed,
+            feedback="\n".join(lines) if lines else "all checks passed",
+        )
+
 
 class Step(BaseModel):
     """One executed tool call and what the environment answered: the unit of history and of replay."""

@@ -23,11 +23,12 @@ import pytest
 
 import tasks
 from tasks.browser_automation import BrowserAutomationEnv
-from tasks.lab_pages import make_lab_page
+from tasks.browser_automation.verify import verify as verify_browser_automation
 from tasks.policies import run_policy
-from tasks.records import FinalAnswer, Step, ToolCall
-from tasks.shop_app.data import money
-from tasks.shop_env import ShopEnvironment
+from tasks.records import FinalAnswer, Step, ToolCall, Verdict
+from tasks.shop.data import money
+from tasks.shop.env import ShopEnvironment
+from tasks.shop.lab_pages import make_lab_page
 from tasks.website_admin import WebsiteAdminEnv
 
 WA = tasks.get("website_admin")
@@ -72,7 +73,13 @@ class _Http:
 
 def _verify_with(env: ShopEnvironment, answer: str) -> float:
     asyncio.run(env.submit(FinalAnswer(text=answer)))
-    return env.verify().score
+    return _known(WA, env.verify()).score
+
+
+def _known(family: tasks.Family, v: Verdict) -> Verdict:
+    """The verdict, after checking that it names only checks the family declares."""
+    assert set(v.passed_checks + v.failed_checks) <= set(family.check_names), v
+    return v
 
 
 # --- verifiers reject wrong answers -------------------------------------------------------------------
@@ -104,9 +111,9 @@ def test_website_admin_rejects_wrong_answers() -> None:
         http.post(f"/products/{change['key']}", {"name": env.shop().product(change["key"])["name"],
                                                  "price": money(change["value"] + 1), "stock": "5",
                                                  "status": "enabled"})
-        verdict = env.verify()
+        verdict = _known(WA, env.verify())
         assert verdict.score < 1.0 and "price_cents" in verdict.feedback  # wrong price (and stock touched)
-        assert "no_collateral_changes" in verdict.failed_checks or verdict.failed_checks
+        assert "requested_changes" in verdict.failed_checks
 
 
 def test_browser_automation_rejects_wrong_answers() -> None:
@@ -119,15 +126,19 @@ def test_browser_automation_rejects_wrong_answers() -> None:
                 "min-subtotal": money(row["min_subtotal_cents"]), "rule-category": row["category"],
                 "starts": row["starts"], "ends": row["ends"], **({"active": "1"} if row["active"] else {})}
         _Http(env).post("/discounts/new", form)
-        v = env.verify()
-        assert v.score < 1.0 and any("percent" in c for c in v.failed_checks)  # off-by-one percent
+        v = _known(BA, env.verify())
+        assert v.score < 1.0 and "new_row_fields" in v.failed_checks  # off-by-one percent
+        assert ".percent should be" in v.feedback
+        assert "new_row_created" in v.passed_checks
     with BA.make_env(bulk) as env:
         env.reset()
         targets = [c["key"] for c in bulk.payload["changes"]]
         extra = next(p["sku"] for p in env.shop().products if p["sku"] not in targets)
         _Http(env).post("/stock/bulk", {"sku": [*targets, extra], "new-stock": str(bulk.payload["level"]), "back": "/stock"})
-        v = env.verify()
+        v = _known(BA, env.verify())
         assert v.failed_checks == ["no_collateral_changes"] and extra in v.feedback  # one product too many
+        n = len(targets)
+        assert v.score == n / (n + 1) and v.passed_checks == ["requested_changes"]  # one item per gold change
 
 
 def test_written_tests_are_scored_and_cheats_earn_nothing() -> None:
@@ -140,9 +151,12 @@ def test_written_tests_are_scored_and_cheats_earn_nothing() -> None:
         assert env.verify().score == 0.0  # nothing written
         env.files["tests/test_lab.py"] = "\n\n\n".join(tests[:3]) + (
             "\n\n\ndef test_cheat():\n    assert True\n\n\ndef test_wrong(page):\n    assert page.title() == 'nope'\n")
-        v = env.verify()
+        v = _known(BA, env.verify())
         assert v.score == pytest.approx(3 / 5), v.feedback  # 3 real passes of 5 tests; cheat and wrong don't count
-        assert "does not use the page fixture" in v.feedback
+        assert "does not use the page fixture" in v.feedback and v.failed_checks == ["tests_pass"]
+        snap = env.snapshot()
+    # the verifier serves the lab page itself: the snapshot is judged the same after the env is gone
+    assert verify_browser_automation(inst, snap).score == pytest.approx(3 / 5)
     result = asyncio.run(_call_once(BA.make_env(inst), "write_file", {"path": "../conftest.py", "content": "x"}))
     assert result.is_error and "not allowed" in result.content
 

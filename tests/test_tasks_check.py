@@ -17,8 +17,11 @@ def test_oracle_solves_and_do_nothing_fails_everywhere(family):
     assert len(results) == 100
     bad = {s.family + "/" + s.split: s.failures[:5] for s in summaries if not s.ok}
     assert not bad, bad
+    names = set(tasks.get(family).check_names)
     for r in results:
         assert r.oracle.verdict.score == 1.0 and r.do_nothing.verdict.score < 1.0, r.instance_id
+        for v in (r.oracle.verdict, r.do_nothing.verdict):  # every verdict names only declared checks
+            assert set(v.passed_checks + v.failed_checks) <= names, (r.instance_id, v)
 
 
 @pytest.mark.parametrize("family", tasks.families())

@@ -6,8 +6,9 @@ import pytest
 from tasks_helpers import instances_in_fresh_process, solve
 
 import tasks
-from tasks.code_refactor.environment import CodeRefactorEnv
-from tasks.code_refactor.package import KINDS, render
+from tasks.code_refactor.env import CodeRefactorEnv
+from tasks.code_refactor.data import KINDS
+from tasks.code_refactor.package import render
 
 FAMILY = "code_refactor"
 

@@ -12,7 +12,7 @@ from tasks_helpers import instances_in_fresh_process, solve
 import tasks
 from tasks.base import SPLIT_RANGES
 from tasks.payroll_audit import data as D
-from tasks.payroll_audit.environment import PayrollAuditEnv
+from tasks.payroll_audit.env import PayrollAuditEnv
 from tasks.records import ToolCall
 from tasks.tooling import MAX_STRING_ARG_CHARS
 

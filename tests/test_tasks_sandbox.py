@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import tasks
-from tasks.sandbox import Sandbox, SandboxLimits, sandbox_backend
-from tasks.workspace import WorkspaceEnvironment
+from tasks.runtime.sandbox import Sandbox, SandboxLimits, sandbox_backend
+from tasks.runtime.workspace import WorkspaceEnvironment
 
 needs_bwrap = pytest.mark.skipif(sandbox_backend() != "bwrap", reason="filesystem isolation needs bubblewrap")
 

@@ -19,6 +19,8 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.base import Draft
+
 KINDS: dict[str, tuple[str, float, float]] = {  # kind -> (unit, typical min, typical max)
     "temperature": ("degC", 18.0, 27.0),
     "humidity": ("percent", 30.0, 60.0),
@@ -223,3 +225,10 @@ def instruction(p: AnomalyPayload) -> str:
         f"Scoring: rows are matched to the true anomalies within {TIME_TOLERANCE_S} seconds and {VALUE_TOLERANCE} "
         f"in value; precision and recall must both be at least {MIN_SCORE}."
     )
+
+
+def draft(index: int, rng: random.Random) -> Draft:
+    """Even indices are easy, odd ones hard, so every split holds both levels."""
+    hard = index % 2 == 1
+    p = generate_payload(rng, hard)
+    return Draft(instruction=instruction(p), difficulty="hard" if hard else "easy", payload=p.model_dump())

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.anomaly_detection.data import PARAMS_KEY, AnomalyPayload, ground_truth_from, params_document, readings
+from tasks.anomaly_detection.verify import AnomalyDetectionSnapshot, verify
 from tasks.base import Environment
 from tasks.records import Verdict
-from tasks.textstore import TextStore
+from tasks.runtime.textstore import TextStore
 from tasks.tooling import ToolError, tool
 
 MAX_SQL_CHARS = 10_000
@@ -44,7 +45,7 @@ class AnomalyDetectionEnv(Environment):
         self._tmp = Path(tempfile.mkdtemp(prefix="coevo-anomaly-"))
         path = self._tmp / "warehouse.sqlite"
         rows = readings(p)
-        self.truth = ground_truth_from(p, rows)  # kept so verify() need not rebuild the data
+        self.truth = ground_truth_from(p, rows)  # the oracle's answer (the verifier derives its own)
         build = sqlite3.connect(path)
         build.execute("PRAGMA journal_mode = OFF")  # a scratch file: no journal, no fsync
         build.execute("PRAGMA synchronous = OFF")
@@ -80,10 +81,11 @@ class AnomalyDetectionEnv(Environment):
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
-    def verify(self) -> Verdict:
-        from tasks.anomaly_detection.verify import verify
+    def snapshot(self) -> AnomalyDetectionSnapshot:
+        return AnomalyDetectionSnapshot(report=self.bucket.peek(self.payload.report_key))
 
-        return verify(self)
+    def verify(self) -> Verdict:
+        return verify(self.instance, self.snapshot())
 
     def state(self) -> dict[str, Any]:
         """The mutable state as plain data (tests compare it; replay must reproduce it)."""

@@ -4,10 +4,12 @@ so it also finishes from a student's state (a wrong report is simply overwritten
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tasks.anomaly_detection.data import PARAMS_KEY, REPORT_COLUMNS, AnomalyPayload, Reading, range_of
 from tasks.anomaly_detection.env import AnomalyDetectionEnv
 from tasks.anomaly_detection.verify import score_report
-from tasks.records import FinalAnswer, ToolCall
+from tasks.records import FinalAnswer, Step, ToolCall
 
 
 def anomaly_sql(p: AnomalyPayload) -> str:
@@ -31,7 +33,7 @@ def report_csv(truth: list[Reading]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def next_action(env: AnomalyDetectionEnv) -> ToolCall | FinalAnswer:
+def next_action(env: AnomalyDetectionEnv, history: Sequence[Step]) -> ToolCall | FinalAnswer:
     p = env.payload
     if PARAMS_KEY not in env.objects_read:
         return ToolCall(name="bucket_get", arguments={"key": PARAMS_KEY})
@@ -40,7 +42,7 @@ def next_action(env: AnomalyDetectionEnv) -> ToolCall | FinalAnswer:
     sql = anomaly_sql(p)
     if sql not in env.queries:
         return ToolCall(name="sql_query", arguments={"sql": sql})
-    current = env.bucket.peek(p.report_key)
+    current = env.snapshot().report
     if current is None or not all(score_report(current, env.truth)[0].values()):
         return ToolCall(name="bucket_put", arguments={"key": p.report_key, "content": report_csv(env.truth)})
     return FinalAnswer(text=f"Uploaded {len(env.truth)} anomalies for [{p.window_start}, {p.window_end}) "

@@ -1,26 +1,37 @@
 """anomaly_detection verifier: the uploaded report against the generator's ground truth (see
 docs/tasks_services.md). Rows match one-to-one by sensor code, time within TIME_TOLERANCE_S and value
-within VALUE_TOLERANCE; unparseable rows count as false positives."""
+within VALUE_TOLERANCE; unparseable rows count as false positives. It reads an `AnomalyDetectionSnapshot`
+(the report object's text, copied out of the bucket), never the environment itself."""
 
 from __future__ import annotations
 
 import csv
 import io
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
 
 from tasks.anomaly_detection.data import (
     MIN_SCORE,
     REPORT_COLUMNS,
     TIME_TOLERANCE_S,
     VALUE_TOLERANCE,
+    AnomalyPayload,
     Reading,
+    ground_truth,
     parse_iso,
 )
-from tasks.records import Verdict
+from tasks.records import TaskInstance, Verdict
 
-if TYPE_CHECKING:
-    from tasks.anomaly_detection.env import AnomalyDetectionEnv
+CHECK_NAMES = ("report_uploaded", "required_columns", "precision", "recall")
+
+
+class AnomalyDetectionSnapshot(BaseModel):
+    """What the verifier reads: the text of the object at the instance's report key (None: not uploaded)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    report: str | None
 
 
 def parse_time(text: str) -> datetime | None:
@@ -85,16 +96,16 @@ def score_report(text: str, truth: list[Reading]) -> tuple[dict[str, bool], dict
     return checks, why
 
 
-def verify(env: AnomalyDetectionEnv) -> Verdict:
-    p = env.payload
-    text = env.bucket.peek(p.report_key)
+def verify(instance: TaskInstance, snap: AnomalyDetectionSnapshot) -> Verdict:
+    p = AnomalyPayload.model_validate(instance.payload)
+    text = snap.report
     checks = {"report_uploaded": text is not None}
     why = {"report_uploaded": f"no object at {p.report_key}"}
     if text is None:
         checks.update({"required_columns": False, "precision": False, "recall": False})
         why.update({k: "no report" for k in ("required_columns", "precision", "recall")})
     else:
-        c, w = score_report(text, env.truth)
+        c, w = score_report(text, ground_truth(p))
         checks.update(c)
         why.update(w)
     return Verdict.from_checks(checks, why)

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.base import Draft
+
 Decision = Literal["APPROVE", "REJECT", "ESCALATE"]
 SUMMARY_PATH = "approvals/summary.csv"
 SUMMARY_COLUMNS = ["request_id", "manager", "total", "decision"]
@@ -188,18 +190,18 @@ def _pick_budgets(rng: random.Random, p_totals: list[tuple[str, int]], hard: boo
     return budgets
 
 
-def generate_payload(rng: random.Random, hard: bool) -> BudgetPayload:
-    company = rng.choice(COMPANIES)
-    names = [f"{first} {last}" for first, last in zip(rng.sample(FIRST, 16), rng.sample(LAST, 16), strict=True)]
-    n_req = rng.randint(5, 7) if hard else rng.randint(3, 4)
-    departments = rng.sample(DEPARTMENTS, 3 if hard else n_req)
-    email = lambda name: name.lower().replace(" ", ".") + "@" + company.split()[0].lower() + ".example"  # noqa: E731
+def _directory(rng: random.Random, company: str, names: list[str],
+               departments: list[str]) -> tuple[list[Contact], dict[str, str], str, str]:
+    """The company directory in shuffled order: (contacts, department -> manager id, procurement id,
+    director id)."""
+    domain = company.split()[0].lower() + ".example"
     contacts: list[Contact] = []
 
     def add(role: str, dept: str) -> str:
         cid = f"U{len(contacts) + 1:02d}"
         name = names[len(contacts)]
-        contacts.append(Contact(id=cid, name=name, role=role, department=dept, email=email(name)))
+        contacts.append(Contact(id=cid, name=name, role=role, department=dept,
+                                email=name.lower().replace(" ", ".") + "@" + domain))
         return cid
 
     managers = {d: add(f"{d} Manager", d) for d in departments}
@@ -211,21 +213,40 @@ def generate_payload(rng: random.Random, hard: bool) -> BudgetPayload:
     add("Office Manager", "Operations")
     order = list(range(len(contacts)))
     rng.shuffle(order)
-    contacts = [contacts[i] for i in order]
+    return [contacts[i] for i in order], managers, procurement_id, director_id
 
+
+def _catalog(rng: random.Random, hard: bool) -> tuple[list[CatalogItem], dict[str, int], dict[str, str]]:
+    """(the current catalog, custom item code -> quoted unit price, custom item code -> its name)."""
     items = rng.sample(ITEMS, 12 if hard else 8)
     catalog = [CatalogItem(code=f"{pre}-{rng.randint(100, 999)}", name=name,
                            price_cents=rng.randrange(2_000, 90_000, 50)) for pre, name in items]
     custom_quotes = ({f"CUST-{n}": rng.randrange(50_000, 250_000, 50) for n in rng.sample(range(10, 99), 2)}
                      if hard else {})
     custom_names = dict(zip(custom_quotes, rng.sample(CUSTOM, len(custom_quotes)), strict=True))
-    limit = rng.choice([300_000, 500_000, 750_000])
-    item_name = {c.code: c.name for c in catalog} | custom_names
+    return catalog, custom_quotes, custom_names
 
+
+def _amend(rng: random.Random, mgr: str, lines: list[Line], item_name: dict[str, str]) -> tuple[list[Line], Message]:
+    """A later message in the thread that drops a line or changes a quantity; the lines after it."""
+    j = rng.randrange(len(lines))
+    if len(lines) > 1 and rng.random() < 0.4:
+        text = f"Update: please drop {lines[j].code} from this request, we found spare stock."
+        return lines[:j] + lines[j + 1:], Message(sender=mgr, text=text)
+    new_qty = lines[j].qty + rng.choice([-1, 1, 2, 3]) if lines[j].qty > 1 else lines[j].qty + 2
+    text = f"Small change: please make that {new_qty} x {item_name[lines[j].code]} ({lines[j].code})."
+    return lines[:j] + [Line(code=lines[j].code, qty=new_qty)] + lines[j + 1:], Message(sender=mgr, text=text)
+
+
+def _requests(rng: random.Random, hard: bool, departments: list[str], managers: dict[str, str],
+              contacts: list[Contact], catalog: list[CatalogItem], custom_quotes: dict[str, int],
+              item_name: dict[str, str], n_req: int) -> tuple[list[Request], list[int]]:
+    """The purchase requests (final lines after amendments) and the thread numbers (two spare ones last)."""
     req_numbers = sorted(rng.sample(range(1000, 9999), n_req))
     thread_nums = rng.sample(range(10, 99), n_req + 2)
     requests: list[Request] = []
     custom_left = list(custom_quotes)
+    note = {c: ", custom item, no catalog price" for c in custom_quotes}
     for i, num in enumerate(req_numbers):
         dept = departments[i % len(departments)] if hard else departments[i]
         mgr = managers[dept]
@@ -236,42 +257,31 @@ def generate_payload(rng: random.Random, hard: bool) -> BudgetPayload:
         lines = [Line(code=c, qty=rng.choice([1, 2, 3, 4, 5, 6, 8, 10, 12, 15]) if hard else rng.randint(1, 8))
                  for c in codes]
         mgr_name = next(c.name for c in contacts if c.id == mgr)
-        note = {c: ", custom item, no catalog price" for c in custom_quotes}
         body = "\n".join(f"- {ln.qty} x {item_name[ln.code]} ({ln.code}{note.get(ln.code, '')})" for ln in lines)
         messages = [Message(sender=mgr, text=f"Hi, {dept} would like to order:\n{body}\nThanks,\n{mgr_name}")]
         if hard and rng.random() < 0.5:
-            j = rng.randrange(len(lines))
-            if len(lines) > 1 and rng.random() < 0.4:
-                messages.append(Message(sender=mgr, text=f"Update: please drop {lines[j].code} from this request, "
-                                                          "we found spare stock."))
-                lines = lines[:j] + lines[j + 1:]
-            else:
-                new_qty = lines[j].qty + rng.choice([-1, 1, 2, 3]) if lines[j].qty > 1 else lines[j].qty + 2
-                messages.append(Message(sender=mgr, text=f"Small change: please make that {new_qty} x "
-                                                          f"{item_name[lines[j].code]} ({lines[j].code})."))
-                lines[j] = Line(code=lines[j].code, qty=new_qty)
+            lines, change = _amend(rng, mgr, lines, item_name)
+            messages.append(change)
         requests.append(Request(id=f"REQ-{num}", thread_id=f"TH-{thread_nums[i]}", manager_id=mgr, department=dept,
                                 lines=lines, messages=messages))
+    return requests, thread_nums
 
-    others = [
+
+def _other_threads(contacts: list[Contact], thread_nums: list[int]) -> list[OtherThread]:
+    return [
         OtherThread(thread_id=f"TH-{thread_nums[-1]}", subject="Team lunch on Friday",
                     messages=[Message(sender=contacts[0].id, text="Pizza or sushi this Friday? Reply by Thursday.")]),
         OtherThread(thread_id=f"TH-{thread_nums[-2]}", subject="Printer on the 3rd floor",
                     messages=[Message(sender=contacts[1].id,
                                       text="The 3rd floor printer is jammed again; IT is on it.")]),
     ]
-    draft = BudgetPayload(company=company, hard=hard, limit_cents=limit, contacts=contacts, catalog=catalog,
-                          custom_quotes=custom_quotes, budgets={d: 0 for d in departments}, requests=requests,
-                          other_threads=others, documents=[], procurement_id=procurement_id, director_id=director_id)
-    totals = [(r.department, request_total(draft, r)) for r in sorted(requests, key=lambda r: r.id)]
-    for _ in range(30):  # re-draw until the instance has at least two different decisions
-        budgets = _pick_budgets(rng, totals, hard)
-        trial = draft.model_copy(update={"budgets": budgets})
-        if len({d for _, d in decide(trial).values()}) >= 2:
-            break
+
+
+def _documents(rng: random.Random, draft: BudgetPayload, budgets: dict[str, int]) -> list[Document]:
+    """The document store in shuffled order: the three the policy needs and two or three distractors."""
     docs = [
         ("Approval policy", policy_text(draft), True),
-        ("Product catalog (current)", _catalog_doc(catalog, "Product catalog - current prices"), True),
+        ("Product catalog (current)", _catalog_doc(draft.catalog, "Product catalog - current prices"), True),
         ("Department budgets", "Department budgets - remaining this quarter\n\ndepartment | remaining\n" + "\n".join(
             f"{d} | {money(c)}" for d, c in sorted(budgets.items())), True),
         ("Travel expense guidelines", "Travel expenses above $1,000.00 need sign-off from your line manager. "
@@ -279,13 +289,39 @@ def generate_payload(rng: random.Random, hard: bool) -> BudgetPayload:
         ("Office relocation FAQ", "The move to the new office happens next month. Label your boxes with your "
                                   "team name. Purchases for the new office follow the normal approval policy.", False),
     ]
-    if hard:
-        stale = [c.model_copy(update={"price_cents": c.price_cents - rng.randrange(500, 1_500, 50)}) for c in catalog]
+    if draft.hard:
+        stale = [c.model_copy(update={"price_cents": c.price_cents - rng.randrange(500, 1_500, 50)})
+                 for c in draft.catalog]
         docs.append(("Product catalog 2023 (superseded)", _catalog_doc(stale, "Product catalog 2023 - SUPERSEDED, "
                                                                              "do not use"), False))
     rng.shuffle(docs)
-    documents = [Document(id=f"DOC-{i + 1}", title=t, body=b, required=r) for i, (t, b, r) in enumerate(docs)]
-    return draft.model_copy(update={"budgets": budgets, "documents": documents})
+    return [Document(id=f"DOC-{i + 1}", title=t, body=b, required=r) for i, (t, b, r) in enumerate(docs)]
+
+
+def generate_payload(rng: random.Random, hard: bool) -> BudgetPayload:
+    """Directory, catalog, requests, then budgets re-drawn until at least two decisions differ, then the
+    documents. (The order of the draws is part of the instances: keep it.)"""
+    company = rng.choice(COMPANIES)
+    names = [f"{first} {last}" for first, last in zip(rng.sample(FIRST, 16), rng.sample(LAST, 16), strict=True)]
+    n_req = rng.randint(5, 7) if hard else rng.randint(3, 4)
+    departments = rng.sample(DEPARTMENTS, 3 if hard else n_req)
+    contacts, managers, procurement_id, director_id = _directory(rng, company, names, departments)
+    catalog, custom_quotes, custom_names = _catalog(rng, hard)
+    limit = rng.choice([300_000, 500_000, 750_000])
+    item_name = {c.code: c.name for c in catalog} | custom_names
+    requests, thread_nums = _requests(rng, hard, departments, managers, contacts, catalog, custom_quotes,
+                                      item_name, n_req)
+    draft = BudgetPayload(company=company, hard=hard, limit_cents=limit, contacts=contacts, catalog=catalog,
+                          custom_quotes=custom_quotes, budgets={d: 0 for d in departments}, requests=requests,
+                          other_threads=_other_threads(contacts, thread_nums), documents=[],
+                          procurement_id=procurement_id, director_id=director_id)
+    totals = [(r.department, request_total(draft, r)) for r in sorted(requests, key=lambda r: r.id)]
+    for _ in range(30):  # re-draw until the instance has at least two different decisions
+        budgets = _pick_budgets(rng, totals, hard)
+        trial = draft.model_copy(update={"budgets": budgets})
+        if len({d for _, d in decide(trial).values()}) >= 2:
+            break
+    return draft.model_copy(update={"budgets": budgets, "documents": _documents(rng, draft, budgets)})
 
 
 def instruction(p: BudgetPayload) -> str:
@@ -299,3 +335,10 @@ def instruction(p: BudgetPayload) -> str:
         f"Finally write the file {SUMMARY_PATH} as CSV with the header {','.join(SUMMARY_COLUMNS)} and one row per "
         "request (manager = the requester's full name, total as a number like 1234.50, decision in capitals)."
     )
+
+
+def draft(index: int, rng: random.Random) -> Draft:
+    """Even indices are easy, odd ones hard, so every split holds both levels."""
+    hard = index % 2 == 1
+    p = generate_payload(rng, hard)
+    return Draft(instruction=instruction(p), difficulty="hard" if hard else "easy", payload=p.model_dump())

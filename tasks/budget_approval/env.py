@@ -7,14 +7,14 @@ import re
 from typing import Any
 
 from tasks.base import Environment
-from tasks.budget_approval.data import BudgetPayload, money
+from tasks.budget_approval.data import BudgetPayload, Message, money
+from tasks.budget_approval.verify import AGENT, BudgetApprovalSnapshot, verify
 from tasks.records import Verdict
-from tasks.textstore import TextStore
+from tasks.runtime.textstore import TextStore
 from tasks.tooling import ToolError, tool
 
 MAX_MESSAGE_CHARS = 5_000
 MAX_MESSAGES = 300
-AGENT = "you"
 _CUST_RE = re.compile(r"\bCUST-\d+\b", re.IGNORECASE)
 _REQ_RE = re.compile(r"\bREQ-\d+\b", re.IGNORECASE)
 
@@ -41,10 +41,16 @@ class BudgetApprovalEnv(Environment):
         self.files = TextStore(kind="file", max_chars=50_000, max_items=50)
         self.n_sent = 0
 
-    def verify(self) -> Verdict:
-        from tasks.budget_approval.verify import verify
+    def snapshot(self) -> BudgetApprovalSnapshot:
+        return BudgetApprovalSnapshot(
+            docs_read=sorted(self.docs_read),
+            threads={t: [Message(**m) for m in v["messages"]] for t, v in self.threads.items()},
+            dms={c: [Message(**m) for m in msgs] for c, msgs in self.dms.items()},
+            files=self.files.snapshot(),
+        )
 
-        return verify(self)
+    def verify(self) -> Verdict:
+        return verify(self.instance, self.snapshot())
 
     def state(self) -> dict[str, Any]:
         """The mutable state as plain data (tests compare it; replay must reproduce it)."""

@@ -4,10 +4,12 @@ state (a wrong escalation cannot be taken back; from there no policy can score 1
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tasks.budget_approval.data import SUMMARY_COLUMNS, SUMMARY_PATH, contact, decide, money
 from tasks.budget_approval.env import BudgetApprovalEnv
-from tasks.budget_approval.verify import escalated_ids, latest_reply, parse_reply, summary_problems
-from tasks.records import FinalAnswer, ToolCall
+from tasks.budget_approval.verify import AGENT, escalated_ids, latest_reply, parse_reply, summary_problems
+from tasks.records import FinalAnswer, Step, ToolCall
 
 
 def summary_csv(env: BudgetApprovalEnv) -> str:
@@ -20,7 +22,7 @@ def summary_csv(env: BudgetApprovalEnv) -> str:
     return "\n".join(rows) + "\n"
 
 
-def next_action(env: BudgetApprovalEnv) -> ToolCall | FinalAnswer:
+def next_action(env: BudgetApprovalEnv, history: Sequence[Step]) -> ToolCall | FinalAnswer:
     p = env.payload
     if not env.listed_documents:
         return ToolCall(name="list_documents", arguments={})
@@ -33,8 +35,9 @@ def next_action(env: BudgetApprovalEnv) -> ToolCall | FinalAnswer:
         if r.thread_id not in env.threads_read:
             return ToolCall(name="read_thread", arguments={"thread_id": r.thread_id})
 
+    snap = env.snapshot()
     custom = sorted({ln.code for r in p.requests for ln in r.lines if ln.code in p.custom_quotes})
-    asked = " ".join(m["text"].upper() for m in env.dms.get(p.procurement_id, []) if m["sender"] == "you")
+    asked = " ".join(m.text.upper() for m in snap.dms.get(p.procurement_id, []) if m.sender == AGENT)
     if custom and any(c not in asked for c in custom):
         if "procurement" not in env.searches:
             return ToolCall(name="search_contacts", arguments={"query": "procurement"})
@@ -44,7 +47,7 @@ def next_action(env: BudgetApprovalEnv) -> ToolCall | FinalAnswer:
     truth = decide(p)
     for r in sorted(p.requests, key=lambda r: r.id):
         total, decision = truth[r.id]
-        reply = latest_reply(env, r.thread_id)
+        reply = latest_reply(snap, r.thread_id)
         if reply is None or parse_reply(reply) != (total, decision):
             return ToolCall(name="reply_to_thread", arguments={
                 "thread_id": r.thread_id,
@@ -52,7 +55,7 @@ def next_action(env: BudgetApprovalEnv) -> ToolCall | FinalAnswer:
                         f"Decision: {decision}.",
             })
 
-    pending = [rid for rid, (_, d) in sorted(truth.items()) if d == "ESCALATE" and rid not in escalated_ids(env)]
+    pending = [rid for rid, (_, d) in sorted(truth.items()) if d == "ESCALATE" and rid not in escalated_ids(p, snap)]
     if pending:
         if "finance director" not in env.searches:
             return ToolCall(name="search_contacts", arguments={"query": "Finance Director"})
@@ -62,7 +65,7 @@ def next_action(env: BudgetApprovalEnv) -> ToolCall | FinalAnswer:
             "text": f"Escalating {rid}: its total {money(truth[rid][0])} is within budget but above the "
                     f"{money(p.limit_cents)} approval limit.",
         })
-    if summary_problems(env):
+    if summary_problems(p, snap):
         return ToolCall(name="write_file", arguments={"path": SUMMARY_PATH, "content": summary_csv(env)})
     counts = {d: sum(1 for _, x in truth.values() if x == d) for d in ("APPROVE", "ESCALATE", "REJECT")}
     return FinalAnswer(text=f"Decided {len(truth)} requests ({counts['APPROVE']} approved, {counts['ESCALATE']} "

@@ -1,17 +1,43 @@
-"""budget_approval verifier: named checks over the service's state (see docs/tasks_services.md)."""
+"""budget_approval verifier: named checks over the service's state (see docs/tasks_services.md).
+
+It reads a `BudgetApprovalSnapshot` (documents read, thread and direct messages, the file store), copied
+out of the environment, never the environment itself.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import re
-from typing import TYPE_CHECKING
 
-from tasks.budget_approval.data import SUMMARY_COLUMNS, SUMMARY_PATH, contact, decide, required_contacts
-from tasks.records import Verdict
+from pydantic import BaseModel, ConfigDict
 
-if TYPE_CHECKING:
-    from tasks.budget_approval.env import BudgetApprovalEnv
+from tasks.budget_approval.data import (
+    SUMMARY_COLUMNS,
+    SUMMARY_PATH,
+    BudgetPayload,
+    Message,
+    contact,
+    decide,
+    required_contacts,
+)
+from tasks.records import TaskInstance, Verdict
+
+CHECK_NAMES = ("required_documents_read", "required_people_contacted", "reply_totals", "reply_decisions",
+               "escalations", "summary_file")
+AGENT = "you"  # the sender id of the agent's own messages
+
+
+class BudgetApprovalSnapshot(BaseModel):
+    """What the verifier reads: which documents were opened, every thread's and direct conversation's
+    messages (oldest first; the agent's own have sender 'you') and the shared file store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    docs_read: list[str]
+    threads: dict[str, list[Message]]
+    dms: dict[str, list[Message]]
+    files: dict[str, str]
 
 _TOTAL_RE = re.compile(r"total\W{0,3}\$?\s*([0-9][0-9,]*(?:\.[0-9]+)?)", re.IGNORECASE)
 _DECISION_RE = re.compile(r"decision\W{0,3}(approve|reject|escalate)", re.IGNORECASE)
@@ -32,20 +58,19 @@ def parse_reply(text: str) -> tuple[int | None, str | None]:
     return (parse_cents(t.group(1)) if t else None), (d.group(1).upper() if d else None)
 
 
-def latest_reply(env: BudgetApprovalEnv, thread_id: str) -> str | None:
-    mine = [m["text"] for m in env.threads[thread_id]["messages"] if m["sender"] == "you"]
+def latest_reply(snap: BudgetApprovalSnapshot, thread_id: str) -> str | None:
+    mine = [m.text for m in snap.threads[thread_id] if m.sender == AGENT]
     return mine[-1] if mine else None
 
 
-def escalated_ids(env: BudgetApprovalEnv) -> set[str]:
+def escalated_ids(p: BudgetPayload, snap: BudgetApprovalSnapshot) -> set[str]:
     """Request ids named in the agent's messages to the Finance Director."""
-    msgs = env.dms.get(env.payload.director_id, [])
-    return {r.upper() for m in msgs if m["sender"] == "you" for r in _REQ_RE.findall(m["text"])}
+    msgs = snap.dms.get(p.director_id, [])
+    return {r.upper() for m in msgs if m.sender == AGENT for r in _REQ_RE.findall(m.text)}
 
 
-def summary_problems(env: BudgetApprovalEnv) -> list[str]:
-    p = env.payload
-    text = env.files.peek(SUMMARY_PATH)
+def summary_problems(p: BudgetPayload, snap: BudgetApprovalSnapshot) -> list[str]:
+    text = snap.files.get(SUMMARY_PATH)
     if text is None:
         return [f"{SUMMARY_PATH} does not exist"]
     rows = list(csv.reader(io.StringIO(text.strip())))
@@ -81,26 +106,26 @@ def summary_problems(env: BudgetApprovalEnv) -> list[str]:
     return problems
 
 
-def verify(env: BudgetApprovalEnv) -> Verdict:
-    p = env.payload
+def verify(instance: TaskInstance, snap: BudgetApprovalSnapshot) -> Verdict:
+    p = BudgetPayload.model_validate(instance.payload)
     truth = decide(p)
     checks: dict[str, bool] = {}
     why: dict[str, str] = {}
 
     required_docs = {d.id for d in p.documents if d.required}
-    missing_docs = sorted(required_docs - env.docs_read)
+    missing_docs = sorted(required_docs - set(snap.docs_read))
     checks["required_documents_read"] = not missing_docs
     why["required_documents_read"] = "not read: " + ", ".join(
         f"{d.id} ({d.title})" for d in p.documents if d.id in missing_docs)
 
-    not_contacted = sorted(required_contacts(p) - set(env.dms))
+    not_contacted = sorted(required_contacts(p) - set(snap.dms))
     checks["required_people_contacted"] = not not_contacted
     why["required_people_contacted"] = "policy requires messaging: " + ", ".join(
         contact(p, c).role for c in not_contacted)
 
     wrong_totals, wrong_decisions = [], []
     for req in p.requests:
-        reply = latest_reply(env, req.thread_id)
+        reply = latest_reply(snap, req.thread_id)
         total, decision = parse_reply(reply) if reply else (None, None)
         if total != truth[req.id][0]:
             wrong_totals.append(req.id if reply else f"{req.id} (no reply)")
@@ -112,12 +137,12 @@ def verify(env: BudgetApprovalEnv) -> Verdict:
     why["reply_decisions"] = "wrong or missing 'Decision: ...' in the latest reply for " + ", ".join(wrong_decisions)
 
     should = {rid for rid, (_, d) in truth.items() if d == "ESCALATE"}
-    did = escalated_ids(env)
+    did = escalated_ids(p, snap)
     checks["escalations"] = did == should
     why["escalations"] = (f"the Finance Director should be told about exactly {sorted(should) or 'no requests'}; "
                           f"was told about {sorted(did) or 'none'}")
 
-    problems = summary_problems(env)
+    problems = summary_problems(p, snap)
     checks["summary_file"] = not problems
     why["summary_file"] = "; ".join(problems[:6])
     return Verdict.from_checks(checks, why)

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.base import Draft
+
 DEPARTMENTS = ["Engineering", "Finance", "Sales", "Support", "Operations", "Marketing", "Legal", "Logistics"]
 FIRST = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana", "Ivan", "Jun", "Kofi", "Lena", "Mateo",
          "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tariq", "Uma", "Viktor", "Wen", "Yara", "Zoe"]
@@ -21,6 +23,8 @@ LAST = ["Abara", "Berg", "Costa", "Dubois", "Eriksen", "Fischer", "Garcia", "Had
 AUDIT_COLUMNS = ["department", "headcount", "days_worked", "total_hours", "overtime_hours", "late_arrivals",
                  "gross_pay"]
 TOLERANCE = 0.01
+AUDIT_FILE = "audit.csv"
+EXCEPTIONS_FILE = "exceptions.json"
 
 
 class Employee(BaseModel):
@@ -237,3 +241,34 @@ def exceptions_doc(exp: Expected) -> dict[str, Any]:
 
 def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
+
+
+# --- the instance --------------------------------------------------------------------------------
+def instruction(data: PayrollData) -> str:
+    inputs = ["roster.csv (employees and departments)"]
+    if data.rates_file:
+        inputs.append("pay_rates.csv (hourly rates)")
+    inputs += [f"{s} (attendance punches)" for s in data.sources]
+    inputs.append("policy.md (lateness, break and overtime rules)")
+    keys = '"missing_punch" (list of {"employee_id", "date"} objects), "unknown_employee" (list of ids)'
+    if data.policy.overtime_limit_hours is not None:
+        keys += ', "overtime_over_limit" (list of employee ids)'
+    return (
+        "You are auditing payroll for one pay period. The workspace holds: " + "; ".join(inputs) + ".\n"
+        "Apply the rules in policy.md and write two files to the workspace:\n"
+        f"1. `{AUDIT_FILE}` with exactly the columns {', '.join(AUDIT_COLUMNS)} and one row per department "
+        "on the roster: headcount = roster employees of the department; days_worked = valid attendance rows; "
+        "total_hours and overtime_hours = worked and overtime hours; late_arrivals = late valid rows; "
+        "gross_pay = regular pay plus overtime pay. Do not round intermediate values; round the totals to "
+        "2 decimals.\n"
+        f"2. `{EXCEPTIONS_FILE}`, a JSON object with the keys {keys}.\n"
+        "When both files are written, reply with a short summary."
+    )
+
+
+def draft(index: int, rng: random.Random) -> Draft:
+    """Even indices are easy, odd ones hard, so every split holds both levels."""
+    hard = index % 2 == 1
+    data = generate(rng, hard)
+    return Draft(instruction=instruction(data), difficulty="hard" if hard else "easy",
+                 payload={"data": data.model_dump(mode="json")})

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from tasks.base import ServiceFamily
-from tasks.stock_alert import data, oracle
+import random
+from collections.abc import Sequence
+
+from tasks.base import Draft, Environment, Family
+from tasks.records import FinalAnswer, Step, ToolCall
+from tasks.stock_alert import data, oracle, verify
 from tasks.stock_alert.env import StockAlertEnv
 
 
-class StockAlert(ServiceFamily):
+class StockAlert(Family):
     name = "stock_alert"
     description = "Find low-stock products in an inventory service, list them in a sheet, email each supplier."
+    difficulties = ("easy", "hard")
+    check_names = verify.CHECK_NAMES
     env_class = StockAlertEnv
-    generate_payload = staticmethod(data.generate_payload)
-    instruction = staticmethod(data.instruction)
-    next_action = staticmethod(oracle.next_action)
+
+    def draft(self, index: int, rng: random.Random) -> Draft:
+        return data.draft(index, rng)
+
+    def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
+        return oracle.next_action(self.own_env(env), history)
 
 
 __all__ = ["StockAlert", "StockAlertEnv"]

@@ -13,6 +13,8 @@ import random
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.base import Draft
+
 PAGE_SIZE = 15
 STORE_NAMES = ["Northwind Outfitters", "Bluebird Home", "Copperleaf Supply", "Harbor & Pine", "Maple Street Goods"]
 CATEGORIES = {
@@ -179,3 +181,10 @@ def instruction(p: StockPayload) -> str:
         "template (get it from the inventory service) with every placeholder filled in. Send no other emails.\n"
         "When you are done, reply with a one-line summary."
     )
+
+
+def draft(index: int, rng: random.Random) -> Draft:
+    """Even indices are easy, odd ones hard, so every split holds both levels."""
+    hard = index % 2 == 1
+    p = generate_payload(rng, hard)
+    return Draft(instruction=instruction(p), difficulty="hard" if hard else "easy", payload=p.model_dump())

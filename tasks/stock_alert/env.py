@@ -11,6 +11,7 @@ from typing import Any
 from tasks.base import Environment
 from tasks.records import Verdict
 from tasks.stock_alert.data import PAGE_SIZE, StockPayload
+from tasks.stock_alert.verify import Email, Sheet, StockAlertSnapshot, verify
 from tasks.tooling import ToolError, tool
 
 MAX_CELL_CHARS = 500
@@ -33,10 +34,13 @@ class StockAlertEnv(Environment):
         self.seen_template = False
         self.seen_suppliers = False
 
-    def verify(self) -> Verdict:
-        from tasks.stock_alert.verify import verify
+    def snapshot(self) -> StockAlertSnapshot:
+        sheets = {t: Sheet(columns=list(sh["columns"]), rows=[list(r) for r in sh["rows"]])
+                  for t, sh in self.sheets.items()}
+        return StockAlertSnapshot(sheets=sheets, outbox=[Email(**m) for m in self.outbox])
 
-        return verify(self)
+    def verify(self) -> Verdict:
+        return verify(self.instance, self.snapshot())
 
     def state(self) -> dict[str, Any]:
         """The mutable state as plain data (tests compare it; replay must reproduce it)."""

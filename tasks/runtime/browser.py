@@ -26,7 +26,7 @@ from urllib.parse import urljoin, urlsplit
 
 import psutil
 
-from tasks.browser_snapshot import SNAPSHOT_JS
+from tasks.runtime.page_outline import OUTLINE_JS
 from tasks.tooling import ToolError
 
 T = TypeVar("T")
@@ -298,7 +298,7 @@ class BrowserSession:
         return out
 
     async def snapshot(self, page: Any, max_chars: int, start: int = 0) -> str:
-        snap = await page.evaluate(SNAPSHOT_JS)
+        snap = await page.evaluate(OUTLINE_JS)
         top = snap["scrollY"]
         head = [f"URL: {self.rel(page.url)}", f"Title: {snap['title']}"]
         above = [ln for ln in snap["lines"] if ln["y"] < top - 2]

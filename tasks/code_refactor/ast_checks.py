@@ -1,6 +1,6 @@
 """Static (AST) checks of a refactoring, run in our process on the agent's files (parsed, never executed).
 
-Each function returns {check name: (passed, why-not)}; the environment adds the sandboxed test runs.
+Each function returns {check name: (passed, why-not)}; verify.py adds the sandboxed test runs.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tasks.code_refactor.package import Spec
+from tasks.code_refactor.data import Spec
 
 MAX_SOURCE_BYTES = 512 << 10
 MAX_FILES = 300

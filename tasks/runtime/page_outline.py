@@ -2,7 +2,7 @@
 
 Kept as a Python string (not a .js file) so it ships with the package without package-data rules."""
 
-SNAPSHOT_JS = r"""
+OUTLINE_JS = r"""
 // Compact page snapshot for the read_page tool: one line per heading, text block, control and table row.
 // Controls get a ref: their HTML id when they have one (stable across visits), else a data-coevo-ref
 // "eN" assigned in document order and kept on the element. Returns {title, scrollY, height, lines}.

@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass
 from html import escape
 
+from tasks.shop.app import Request, Response
+
 _TITLES = ("Ticket counter", "Visitor counter", "Stock counter", "Lap counter", "Score keeper")
 _ITEMS = ("Buy milk", "Call Rosa", "Fix the fence", "Pay rent", "Water plants", "Book flights", "Send invoice",
           "Renew passport", "Clean gutters", "Order toner")
@@ -161,3 +163,17 @@ KINDS = {"counter": counter, "todo": todo, "signup": signup}
 def make_lab_page(seed: int, hard: bool) -> LabPage:
     rng = random.Random(seed)
     return KINDS[rng.choice(sorted(KINDS))](rng, hard)
+
+
+class LabApp:
+    """Serves one lab page at /lab and nothing else: what the verifier runs written tests against (a server
+    of its own, so verification needs neither the episode's server nor its state)."""
+
+    def __init__(self, html: str) -> None:
+        self.html = html
+
+    def handle(self, req: Request) -> Response:
+        if (req.path.rstrip("/") or "/") == "/lab":
+            return Response(body=self.html)
+        return Response(status=404, body="There is no page here; the page under test is /lab.",
+                        content_type="text/plain; charset=utf-8")

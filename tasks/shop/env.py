@@ -3,7 +3,7 @@
 `_setup` writes the instance's SQLite database into a temp dir and starts the HTTP server (cheap: no
 browser). Chromium starts lazily on the first browser tool call, so a do-nothing rollout never launches
 it. `_teardown` closes the browser, stops the server (the port is closed) and removes the temp dir; it
-keeps a copy of the final database tables so `verify()` also works after `close()`.
+keeps a copy of the final database tables so `snapshot()` and `verify()` also work after `close()`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from tasks.base import Environment
-from tasks.browser import BrowserSession
-from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
-from tasks.shop_app import ShopApp, ShopServer, dump_tables, generate_shop, write_db
-from tasks.shop_app.data import Shop
+from tasks.records import TaskInstance
+from tasks.runtime.browser import BrowserSession
+from tasks.shop.app import ShopApp
+from tasks.shop.data import Shop, dump_tables, generate_shop, write_db
+from tasks.shop.server import ShopServer
 from tasks.tooling import ToolError, tool
 
 DEFAULT_READ_CHARS = 6000
@@ -27,7 +28,8 @@ MAX_READ_CHARS = 20_000
 
 
 class ShopEnvironment(Environment):
-    """Shop server + one lazily started Chromium. Subclasses implement `verify` (and may add tools)."""
+    """Shop server + one lazily started Chromium. Subclasses implement `snapshot` and `verify` (and may add
+    tools)."""
 
     action_timeout_s: ClassVar[float] = 8.0
 
@@ -247,50 +249,3 @@ class ShopEnvironment(Environment):
             return await b.snapshot(page, max_chars, start)
 
         return await b.run(act)
-
-
-def login_steps(password: str, next_path: str) -> list[ToolCall]:
-    """The oracle's sign-in: four actions that work from any state (the login page always shows the form)."""
-    from urllib.parse import urlencode
-
-    return [
-        ToolCall(name="goto", arguments={"url": "/login?" + urlencode({"next": next_path})}),
-        ToolCall(name="fill", arguments={"ref": "username", "text": "admin"}),
-        ToolCall(name="fill", arguments={"ref": "password", "text": password}),
-        ToolCall(name="click", arguments={"ref": "sign-in"}),
-    ]
-
-
-def plan_next(login: Sequence[ToolCall], body: Sequence[ToolCall], vocab: Sequence[ToolCall],
-              history: Sequence[Step], final: FinalAnswer) -> ToolCall | FinalAnswer:
-    """The oracle's next step: sign in (landing on the task's page), then run `body`.
-
-    `body` is planned from the *current* state (so finished parts drop out), `vocab` lists every body step
-    the task may use. After the last complete, error-free sign-in, if every later step is error-free and
-    in `vocab`, we are still on the task's page: continue `body` after the longest overlap between those
-    steps' tail and `body`'s head. Anything else (an error, a foreign action) restarts with the sign-in,
-    which works from any page. An exhausted body ends the episode with `final`.
-    """
-    n = len(login)
-    ok = [not s.result.is_error for s in history]
-    calls = [(s.call.name, s.call.arguments) for s in history]
-    key = [(c.name, c.arguments) for c in login]
-    last = -1
-    for i in range(len(history) - n, -1, -1):
-        if calls[i:i + n] == key and all(ok[i:i + n]):
-            last = i + n
-            break
-    if last < 0:
-        for k in range(min(n - 1, len(history)), 0, -1):  # part-way through the sign-in
-            if calls[-k:] == key[:k] and all(ok[-k:]):
-                return login[k]
-        return login[0] if login else (body[0] if body else final)
-    done = history[last:]
-    allowed = [(c.name, c.arguments) for c in vocab]
-    if not all(s_ok and c in allowed for s_ok, c in zip(ok[last:], calls[last:], strict=True)):
-        return login[0]
-    plan = [(c.name, c.arguments) for c in body]
-    for j in range(min(len(done), len(plan)), 0, -1):
-        if calls[-j:] == plan[:j]:
-            return body[j] if j < len(body) else final
-    return body[0] if body else final

@@ -3,7 +3,7 @@
 Only the agent's `test_*.py` files are copied into a fresh directory next to our own `conftest.py` (an
 agent's conftest could otherwise replace the `page` fixture). The child gets a wall-clock limit and its
 whole process group (pytest, the Playwright driver, Chromium) is killed at the limit. It does not run in
-`tasks.sandbox`: the tests need a browser and the instance's loopback server, which the sandbox's
+`tasks.runtime.sandbox`: the tests need a browser and the instance's loopback server, which the sandbox's
 network namespace and address-space limit rule out; see docs/browser_tasks.md.
 
 Score = passed / max(total, 5), as in the public suite; a test that never takes the `page` fixture is
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.browser import CHROMIUM_ARGS, chromium_path
+from tasks.runtime.browser import CHROMIUM_ARGS, chromium_path
 
 MIN_TESTS = 5
 TIMEOUT_S = 90.0

@@ -1,23 +1,19 @@
-"""`website_admin`: WebArena shopping-admin style questions and edits over the shop-admin web app.
+"""website_admin data: the seeded question or edit over an instance's shop.
 
-Questions are answered in the final message (checked for the exact number or the must-include names);
-edits are checked on the database after the episode. Every instance is solved by the oracle through the
-same browser tools: sign in (landing on the page that shows the answer or holds the form), then read or
-edit. Nine task kinds, easy and hard, cycle by index so every split holds each kind.
+Nine task kinds, easy and hard, cycle by index so every split holds each kind. Questions carry their
+answer (a number or the must-include names) and the page that shows it; edits carry the gold changes
+(`{table, key, field, value}`) and the page that holds the form.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from tasks.base import Environment, Family, instance_seed
-from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall, Verdict
-from tasks.shop_app.data import MUTABLE_TABLES, Shop, generate_shop, money
-from tasks.shop_env import ShopEnvironment, login_steps, plan_next
-from tasks.shop_tasks import check_names, check_number, diff_checks, initial_tables
+from tasks.base import Draft
+from tasks.shop.data import Shop, generate_shop, money
 
 PREAMBLE = ("You are the administrator of an online shop. Use the browser tools on the shop's admin site "
             "(start at /login; user 'admin', password '{password}'). ")
@@ -133,79 +129,15 @@ BUILDERS: dict[str, Callable[[random.Random, Shop], dict[str, Any] | None]] = {
 }
 
 
-class WebsiteAdminEnv(ShopEnvironment):
-    def verify(self) -> Verdict:
-        p = self.instance.payload
-        shop = self.shop()
-        checks: dict[str, tuple[bool, str]] = {}
-        if "answer" in p:
-            want = p["answer"]
-            if "number" in want:
-                ok, why = check_number(self.answer, want["number"], self.instance.instruction)
-                checks["answer"] = (ok, why or "")
-            else:
-                checks.update(check_names(self.answer, want["names"], [x["name"] for x in shop.products]))
-            checks.update(diff_checks(initial_tables(shop), self.tables(), []))
-        else:
-            checks.update(diff_checks(initial_tables(shop), self.tables(), p["changes"]))
-        return Verdict.from_checks({k: ok for k, (ok, _) in checks.items()}, {k: why for k, (ok, why) in checks.items()})
-
-
-class WebsiteAdmin(Family):
-    name = "website_admin"
-    description = "Shop-admin web app in headless Chromium: answer questions (reports, orders, reviews) and make edits."
-    difficulties = ("easy", "hard")
-
-    def generate(self, index: int) -> TaskInstance:
-        seed = instance_seed(self.name, index)
-        rng = random.Random(seed)
-        shop_seed = rng.randrange(2**31)
-        shop = generate_shop(shop_seed)
-        kind = KINDS[index % len(KINDS)]
-        spec = BUILDERS[kind](rng, shop)
-        if spec is None:  # no clear top-3 in any year: ask a price instead (rare, still deterministic)
-            kind, spec = "price_of", _price_of(rng, shop)
-        password = f"shop-{rng.randint(1000, 9999)}"
-        spec = {"kind": kind, "shop_seed": shop_seed, "password": password, **spec}
-        instruction = PREAMBLE.format(password=password) + spec["question"] + (
-            " When you are done, reply with the answer." if "answer" in spec else " When you are done, say so.")
-        return self.new_instance(index, instruction=instruction, difficulty="hard" if kind in HARD else "easy",
-                                 payload=spec)
-
-    def make_env(self, instance: TaskInstance) -> Environment:
-        return WebsiteAdminEnv(instance)
-
-    def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
-        assert isinstance(env, WebsiteAdminEnv)
-        p = env.instance.payload
-        login = login_steps(p["password"], p["page"])
-        if "answer" in p:
-            want = p["answer"]
-            text = (f"{want['number']:.2f}".removesuffix(".00") if "number" in want
-                    else "The three best sellers are " + ", ".join(want["names"]) + ".")
-            body = [ToolCall(name="read_page", arguments={})]
-            return plan_next(login, body, body, history, FinalAnswer(text=text))
-        done = FinalAnswer(text="Done.")
-        tables = env.tables()
-        index = {t: {str(r[MUTABLE_TABLES[t][0]]): r for r in rows} for t, rows in tables.items()}
-        todo = [c for c in p["changes"] if index[c["table"]].get(str(c["key"]), {}).get(c["field"]) != c["value"]]
-        if not todo:
-            return done
-        if p["kind"] == "cancel_pending":
-            # one order page per pending order: sign in at the first one still to do, then the others by goto
-            vocab, body = [], []
-            for number in p["per_order"]:
-                steps = [ToolCall(name="goto", arguments={"url": f"/orders/{number}"}),
-                         ToolCall(name="select", arguments={"ref": "new-status", "option": "cancelled"}),
-                         ToolCall(name="click", arguments={"ref": "update-status"})]
-                vocab += steps
-                if any(c["key"] == number for c in todo):
-                    body += steps
-            return plan_next(login_steps(p["password"], "/orders"), body, vocab, history, done)
-        vocab = [ToolCall(**s) for s in p["steps"]]
-        if p["kind"] == "moderate_reviews":
-            still = {f"{'approve' if c['value'] == 'approved' else 'reject'}-{c['key']}" for c in todo}
-            body = [s for s in vocab if s.arguments["ref"] in still]
-        else:
-            body = vocab
-        return plan_next(login, body, vocab, history, done)
+def draft(index: int, rng: random.Random) -> Draft:
+    shop_seed = rng.randrange(2**31)
+    shop = generate_shop(shop_seed)
+    kind = KINDS[index % len(KINDS)]
+    spec = BUILDERS[kind](rng, shop)
+    if spec is None:  # no clear top-3 in any year: ask a price instead (rare, still deterministic)
+        kind, spec = "price_of", _price_of(rng, shop)
+    password = f"shop-{rng.randint(1000, 9999)}"
+    spec = {"kind": kind, "shop_seed": shop_seed, "password": password, **spec}
+    instruction = PREAMBLE.format(password=password) + spec["question"] + (
+        " When you are done, reply with the answer." if "answer" in spec else " When you are done, say so.")
+    return Draft(instruction=instruction, difficulty="hard" if kind in HARD else "easy", payload=spec)

@@ -1,22 +1,30 @@
 """A real HTTP server for one environment: stdlib `ThreadingHTTPServer` on 127.0.0.1 at a free port, in a
-daemon thread, serving a `ShopApp`. `stop()` shuts it down and closes the port (safe to call twice)."""
+daemon thread, serving an `App` (the `ShopApp`, or the verifier's `LabApp`). `stop()` shuts it down and
+closes the port (safe to call twice)."""
 
 from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from tasks.shop_app.app import Request, ShopApp
+from tasks.shop.app import Request, Response
 
 MAX_BODY = 1_000_000  # a form post larger than this is refused (413), never read into memory
+
+
+class App(Protocol):
+    """What the server serves: one response per request, from any of the server's threads."""
+
+    def handle(self, req: Request) -> Response: ...
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, app: ShopApp) -> None:
+    def __init__(self, app: App) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.app = app
 
@@ -58,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ShopServer:
-    def __init__(self, app: ShopApp) -> None:
+    def __init__(self, app: App) -> None:
         self.app = app
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from urllib.parse import quote, urlencode
 
-from tasks.shop_app import pages as P
-from tasks.shop_app.data import CATEGORIES, CUSTOMER_GROUPS, ORDER_STATUSES, SOLD_STATUSES, YEARS, money
+from tasks.shop import pages as P
+from tasks.shop.data import CATEGORIES, CUSTOMER_GROUPS, ORDER_STATUSES, SOLD_STATUSES, YEARS, money
 
 _SKU_RE = re.compile(r"^[A-Z]{3}-\d{3,5}$")
 _CODE_RE = re.compile(r"^[A-Z0-9]{4,16}$")

@@ -1,7 +1,10 @@
 """Verifier pieces both browser families share: answer matching and database-state diffs.
 
 Edits are checked tau-bench style: the expected state is the initial database with the gold changes
-applied; each gold change is a named check and everything else must be untouched ("no_collateral_changes").
+applied; each gold change is one item of the check "requested_changes" (each expected new row one item of
+"new_row_created", each of its fields one of "new_row_fields") and everything else must be untouched
+("no_collateral_changes"). Checks are returned as {check name: [(passed, why not), ...]} for
+`Verdict.from_items`: the names are fixed, the items depend on the instance.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tasks.shop_app.data import MUTABLE_TABLES, Shop
+from tasks.shop.data import MUTABLE_TABLES, Shop
+
+Items = dict[str, list[tuple[bool, str]]]
 
 _NUM_RE = re.compile(r"(?<![\w.\-])\$?(\d[\d,]*(?:\.\d+)?)(?![\w\-]|\.\d)")
 
@@ -37,13 +42,15 @@ def check_number(answer: str, expected: float, instruction: str) -> tuple[bool, 
     return True, ""
 
 
-def check_names(answer: str, expected: list[str], catalog: list[str]) -> dict[str, tuple[bool, str]]:
+def check_names(answer: str, expected: list[str], catalog: list[str]) -> Items:
+    """'answer_names': one item per expected product name; 'no_extra_products': no more names than asked."""
     low = answer.lower()
-    checks = {f"mentions {name}": (name.lower() in low, f"'{name}' is missing from the answer") for name in expected}
     named = [n for n in catalog if n.lower() in low]
-    checks["no_extra_products"] = (len(named) <= len(expected),
-                                   f"the answer names {len(named)} products: {', '.join(named)}; expected only {len(expected)}")
-    return checks
+    return {
+        "answer_names": [(name.lower() in low, f"'{name}' is missing from the answer") for name in expected],
+        "no_extra_products": [(len(named) <= len(expected), f"the answer names {len(named)} products: "
+                               f"{', '.join(named)}; expected only {len(expected)}")],
+    }
 
 
 def initial_tables(shop: Shop) -> dict[str, list[dict]]:
@@ -59,32 +66,49 @@ def initial_tables(shop: Shop) -> dict[str, list[dict]]:
 
 
 def diff_checks(initial: dict[str, list[dict]], final: dict[str, list[dict]], changes: list[dict[str, Any]],
-                new_rows: list[dict[str, Any]] | None = None) -> dict[str, tuple[bool, str]]:
-    """Named checks: one per gold change ({table, key, field, value}), one per expected new row
-    ({table, row}, matched by the table's key, one check per field), and 'no_collateral_changes'."""
-    checks: dict[str, tuple[bool, str]] = {}
+                new_rows: list[dict[str, Any]] | None = None) -> Items:
+    """Items per gold change ({table, key, field, value}) and per expected new row ({table, row}, matched by
+    the table's key: one item for its existence, one per field), and 'no_collateral_changes'."""
+    checks: Items = {}
     index = {t: {tuple(str(r[k]) for k in MUTABLE_TABLES[t]): r for r in rows} for t, rows in final.items()}
     touched: set[tuple[str, tuple[str, ...], str]] = set()
     for c in changes:
         k = (str(c["key"]),)
         row = index[c["table"]].get(k)
         got = None if row is None else row.get(c["field"])
-        checks[f"{c['table']}[{c['key']}].{c['field']} = {c['value']}"] = (
-            got == c["value"], "row is missing" if row is None else f"it is {got!r}")
+        what = f"{c['table']}[{c['key']}].{c['field']} should be {c['value']}"
+        checks.setdefault("requested_changes", []).append(
+            (got == c["value"], f"{what}: the row is missing" if row is None else f"{what}: it is {got!r}"))
         touched.add((c["table"], k, c["field"]))
+    added = _new_row_checks(index, new_rows or [], checks)
+    checks["no_collateral_changes"] = [_collateral(initial, index, touched, added)]
+    return checks
+
+
+def _new_row_checks(index: dict[str, dict[tuple[str, ...], dict]], new_rows: list[dict[str, Any]],
+                    checks: Items) -> set[tuple[str, tuple[str, ...]]]:
     added: set[tuple[str, tuple[str, ...]]] = set()
-    for n in new_rows or []:
+    for n in new_rows:
         table, want = n["table"], n["row"]
         k = tuple(str(want[x]) for x in MUTABLE_TABLES[table])
         row = index[table].get(k)
         added.add((table, k))
         label = f"{table}[{'/'.join(k)}]"
-        checks[f"{label} exists"] = (row is not None, "no such row was created")
+        checks.setdefault("new_row_created", []).append((row is not None, f"no row {label} was created"))
         for field, value in want.items():
             if field in MUTABLE_TABLES[table]:
                 continue
             got = None if row is None else row.get(field)
-            checks[f"{label}.{field} = {value}"] = (got == value, "row is missing" if row is None else f"it is {got!r}")
+            what = f"{label}.{field} should be {value}"
+            checks.setdefault("new_row_fields", []).append(
+                (got == value, f"{what}: the row is missing" if row is None else f"{what}: it is {got!r}"))
+    return added
+
+
+def _collateral(initial: dict[str, list[dict]], index: dict[str, dict[tuple[str, ...], dict]],
+                touched: set[tuple[str, tuple[str, ...], str]],
+                added: set[tuple[str, tuple[str, ...]]]) -> tuple[bool, str]:
+    """Every field of every initial row unchanged unless a gold change names it; no unexpected rows."""
     problems: list[str] = []
     for table, rows in initial.items():
         keyf = MUTABLE_TABLES[table]
@@ -100,5 +124,4 @@ def diff_checks(initial: dict[str, list[dict]], final: dict[str, list[dict]], ch
         for k in after:
             if k not in before and (table, k) not in added:
                 problems.append(f"unexpected new row {table}[{'/'.join(k)}]")
-    checks["no_collateral_changes"] = (not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""))
-    return checks
+    return not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")

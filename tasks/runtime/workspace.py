@@ -4,7 +4,8 @@ command tools declared once (`shell`, `python`, `read_file`, `write_file`, `edit
 File tools run in our process, so they check every path themselves: relative to the workspace (or under
 `/workspace/`, the path commands see), no `..` component, and the resolved path (symlinks followed) must stay
 inside the workspace. Writes go to a temporary file first and are renamed into place, so a refused or failed
-call leaves nothing half-written. Commands run in `tasks.sandbox.Sandbox`.
+call leaves nothing half-written. Commands run in `tasks.runtime.sandbox.Sandbox`. `workspace_copy()` is
+the frozen copy of the directory that verifiers which run code read (`tasks.runtime.workspace_copy`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from tasks.base import Environment
-from tasks.sandbox import SANDBOX_ROOT, Sandbox, SandboxLimits
+from tasks.runtime.sandbox import SANDBOX_ROOT, Sandbox, SandboxLimits
+from tasks.runtime.workspace_copy import WorkspaceCopy, copy_workspace
 from tasks.tooling import ToolError, tool
 
 MAX_FILE_BYTES = 2 << 20  # largest file read_file returns / write_file creates
@@ -29,7 +31,7 @@ FIXED_MTIME = 1_704_067_200  # 2024-01-01 UTC: files we write get it, so `ls -l`
 
 
 class WorkspaceEnvironment(Environment):
-    """Subclasses write their starting files in `_populate(root)` and judge the directory in `verify()`."""
+    """Subclasses write their starting files in `_populate(root)`; `verify()` judges a snapshot of the directory."""
 
     sandbox_limits: ClassVar[SandboxLimits] = SandboxLimits()
 
@@ -88,6 +90,10 @@ class WorkspaceEnvironment(Environment):
         if real != root and not real.is_relative_to(root):
             raise ToolError(f"'{path}' resolves (through a symlink) outside the workspace")
         return real
+
+    def workspace_copy(self) -> WorkspaceCopy:
+        """The whole directory as a frozen record (see `tasks.runtime.workspace_copy`)."""
+        return copy_workspace(self.workspace)
 
     def rel(self, real: Path) -> str:
         return real.relative_to(self.workspace).as_posix() or "."
