@@ -1,8 +1,7 @@
 """Which failure category a failed verifier check usually points to: a hint per family, not the answer.
 
 `tasks/` knows nothing of the ontology; this table is the bridge. Each family lists its checks as patterns
-where only `*` is special (any text; everything else literal, case-sensitive: the browser families name
-checks after the rows they expect, e.g. `products[OUT-236].price_cents = 4799` matches `*[*].* = *`) **in causal order**: a check earlier in the list fails on its own,
+where only `*` is special (any text; everything else literal, case-sensitive) **in causal order**: a check earlier in the list fails on its own,
 a later one often fails only because an earlier one did (no audit file -> every column check fails). The
 heuristic attributor takes the *first failed check in this order* as the primary one.
 
@@ -99,18 +98,18 @@ FAMILY_HINTS: dict[str, tuple[CheckHint, ...]] = {
     ),
     "website_admin": (
         _h("answer", "implicit_knowledge", "how the figure is counted"),
-        _h("mentions *", "implicit_knowledge", "which orders count"),
+        _h("answer_names", "implicit_knowledge", "which orders or products count"),
         _h("no_extra_products", "instruction_following", "name exactly the products asked for"),
-        _h("*[*].* = *", "planning", "an edit was not made"),
+        _h("requested_changes", "planning", "an edit was not made"),
         _h("no_collateral_changes", "tool_use", "a wrong element was clicked or filled"),
     ),
     "browser_automation": (
-        _h("tests_written", "output"), _h("tests_run", "environment_or_harness"),
-        _h("*[*] exists", "output"),
-        _h("*[*].* = *", "instruction_following", "a field differs from the value the task gives"),
+        _h("tests_written", "output"),
+        _h("new_row_created", "output"),
+        _h("new_row_fields", "instruction_following", "a field differs from the value the task gives"),
+        _h("requested_changes", "planning", "a step of the workflow was not done"),
         _h("no_collateral_changes", "tool_use", "a wrong element was clicked or filled"),
-        _h("test * not passed", "implicit_knowledge", "what the page does"),
-        _h("test * passed", "implicit_knowledge", "what the page does"),
+        _h("tests_pass", "implicit_knowledge", "what the page does"),
     ),
 }
 
