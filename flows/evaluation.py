@@ -238,7 +238,8 @@ def _start_ray(config: RunConfig) -> bool:
     return True
 
 
-def _stages(config: RunConfig, run_dir: str, base: str, servers: ModelServers) -> tuple[list[dict[str, Any]], TrainingRecord | None]:
+def _stages(config: RunConfig, run_dir: str, base: str,
+            servers: ModelServers) -> tuple[list[dict[str, Any]], TrainingRecord | None]:
     """evaluate every pair, then (with `training:`) train_adapter and evaluate the adapter's pair; each guarded."""
     trained_pairs = adapter_pairs(config)
     collected = [servers.run(f"evaluate[{p.name}]", evaluate, config, run_dir, base, p.name)

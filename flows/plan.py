@@ -67,8 +67,13 @@ def model_signature(role: ModelRole) -> dict[str, object]:
     return role.model_dump(include={"model", "temperature", "top_p", "max_tokens", "extra_body", "strict_tools"})
 
 
+def stage_name(pair_name: str) -> str:
+    """Where a pair's chunks are stored in a run (`trajectories/evaluate/<pair>/`)."""
+    return f"evaluate/{pair_name}"
+
+
 def pair_stage(pair: EvalPair) -> str:
-    return f"evaluate/{pair.name}"
+    return stage_name(pair.name)
 
 
 def harness_for(spec: str, family: str, repo_root: Path) -> Harness:
@@ -82,7 +87,7 @@ def pair_spec(config: RunConfig, pair: EvalPair) -> RolloutSpec:
                        limits=config.limits, tool_choice=pair.tool_choice)
 
 
-def plan(spec: RolloutSpec, repo_root: Path, stage: str | None = None) -> list[Chunk]:
+def plan(spec: RolloutSpec, repo_root: Path) -> list[Chunk]:
     """One chunk per (family, seed), in that order; a chunk's key hashes everything that changes its rollouts."""
     chunks = []
     for family in spec.families:
@@ -94,13 +99,13 @@ def plan(spec: RolloutSpec, repo_root: Path, stage: str | None = None) -> list[C
                               spec.limits.model_dump(), spec.tool_choice)
             jobs = [RolloutJob(instance=i, harness=harness, model=role, seed=seed, limits=spec.limits, tag=spec.tag,
                                tool_choice=spec.tool_choice) for i in insts]
-            chunks.append(Chunk(pair=spec.name, family=family, seed=seed, stage=stage or f"evaluate/{spec.name}",
+            chunks.append(Chunk(pair=spec.name, family=family, seed=seed, stage=stage_name(spec.name),
                                 key=f"{family}-s{seed}-{key}", jobs=jobs))
     return chunks
 
 
 def plan_pair(config: RunConfig, pair: EvalPair, repo_root: Path) -> list[Chunk]:
-    return plan(pair_spec(config, pair), repo_root, pair_stage(pair))
+    return plan(pair_spec(config, pair), repo_root)
 
 
 def api_bases(config: RunConfig) -> dict[str, list[str]]:
