@@ -4,23 +4,30 @@
     coevo rollout --model hosted_vllm/tiny --api-base http://127.0.0.1:8111/v1 --family stock_alert \\
         --split val --n 4 --seeds 2 --max-turns 5 --out runs/tiny
 
-Writes DIR/trajectories.parquet and prints the success rate per family.
+Writes DIR/trajectories.parquet and prints the success rate per family. The jobs come from flows/plan.py
+(the options become a `RolloutSpec`); the episode limits are the fields of `agents.rollout.Limits` (one option
+each, defaults and help from the record; --max-tokens is --max-tokens-per-turn).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from agents.records import ModelRole, Trajectory
+from agents.rollout import Limits
+from flows.cli_options import model_options
+
+if TYPE_CHECKING:
+    from flows.plan import RolloutSpec
 
 console = Console()
-FAMILY_PLACEHOLDER = "{family}"
 
 
 def _families(requested: list[str]) -> list[str]:
@@ -41,17 +48,6 @@ def _tool_choice(value: str | None) -> str | dict[str, object] | None:
     if value is None or value in ("auto", "required", "none"):
         return value
     return {"type": "function", "function": {"name": value}}
-
-
-def _harness_for(spec: str, family: str):  # -> Harness (imported lazily: the CLI must start fast)
-    import harness
-
-    if spec == "baseline":
-        return harness.baseline(family)
-    path = Path(spec)
-    if not path.exists():
-        raise typer.BadParameter(f"{spec} is neither 'baseline' nor an existing harness file", param_hint="--harness")
-    return harness.Harness.load(path)
 
 
 def success_table(trajectories: list[Trajectory]) -> Table:
@@ -76,22 +72,42 @@ def success_table(trajectories: list[Trajectory]) -> Table:
     return table
 
 
+# RolloutSpec field -> the option that sets it (for error messages)
+_OPTION_OF = {"families": "--family", "n_instances": "--n", "harness": "--harness", "model": "--model",
+              "tool_choice": "--tool-choice", "split": "--split", "seeds": "--seeds", "tag": "--tag"}
+
+
+def _spec(model: ModelRole, harness_spec: str, families: list[str], split: str, n: int, seeds: int, limits: Limits,
+          tag: str, tool_choice: str | None) -> RolloutSpec:
+    """The command's options as a rollout plan spec (validated: a bad value names its option)."""
+    from flows.plan import RolloutSpec
+
+    if harness_spec != "baseline" and not Path(harness_spec).exists():
+        raise typer.BadParameter(f"{harness_spec} is neither 'baseline' nor an existing harness file", param_hint="--harness")
+    try:
+        return RolloutSpec(name=tag, model=model, harness=harness_spec, families=families, split=split,  # type: ignore[arg-type]
+                           n_instances=n, seeds=seeds, limits=limits, tag=tag, tool_choice=_tool_choice(tool_choice))
+    except ValidationError as e:
+        errors = [f"{_OPTION_OF.get(str(err['loc'][0]), err['loc'][0]) if err['loc'] else ''}: {err['msg']}"
+                  for err in e.errors()]
+        raise typer.BadParameter("; ".join(errors)) from None
+
+
+@model_options(limits=Limits, aliases={"max_tokens_per_turn": ("--max-tokens",)})
 def rollout(
     model: Annotated[str, typer.Option(help="LiteLLM model string; '{family}' is filled per instance, e.g. 'oracle/{family}'.")],
     out: Annotated[Path, typer.Option(help="Output directory; trajectories go to DIR/trajectories.parquet.")],
+    limits: Limits,
     api_base: Annotated[Optional[list[str]], typer.Option(help="Server URL ending in /v1; repeat to route over several replicas.")] = None,
     harness_spec: Annotated[str, typer.Option("--harness", help="'baseline' (h0 per family) or a harness YAML/JSON file.")] = "baseline",
     family: Annotated[Optional[list[str]], typer.Option(help="Task family; repeat for several, or 'all'.")] = None,
-    split: Annotated[str, typer.Option(help="train | val | test.")] = "val",
-    n: Annotated[int, typer.Option(min=1, help="First N instances of the split (by index) per family.")] = 5,
-    seeds: Annotated[int, typer.Option(min=1, help="Seeds per instance (0..K-1): N x K rollouts per family.")] = 1,
+    split: Annotated[str, typer.Option(help="train | val | test | pretrain.")] = "val",
+    n: Annotated[int, typer.Option(help="First N instances of the split (by index) per family.")] = 5,
+    seeds: Annotated[int, typer.Option(help="Seeds per instance (0..K-1): N x K rollouts per family.")] = 1,
     actors: Annotated[int, typer.Option(min=1, help="Ray actors (each runs many episodes concurrently).")] = 2,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight per model server.")] = 8,
-    max_turns: Annotated[int, typer.Option(min=1, help="Turn limit per episode.")] = 30,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Generated tokens per turn.")] = 512,
     temperature: Annotated[float, typer.Option(min=0.0, max=2.0, help="Sampling temperature (each turn is seeded "
                                                                       "from the episode seed).")] = 0.0,
-    wall_s: Annotated[float, typer.Option(help="Wall-clock limit per episode (seconds).")] = 600.0,
     tool_choice: Annotated[Optional[str], typer.Option(
         help="auto | required | none, or a tool's name to force that tool (default: the server's).")] = None,
     strict_tools: Annotated[bool, typer.Option(
@@ -99,33 +115,22 @@ def rollout(
     tag: Annotated[str, typer.Option(help="Label stored with each trajectory (part of its id).")] = "rollout",
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
 ) -> None:
-    """Run N instances x K seeds per family through the Ray rollout pool and report success per family."""
-    import tasks
-    from agents.pool import RolloutJob, RolloutPool
-    from agents.rollout import Limits
-    from agents.trajectory_table import write_trajectories
+    """Run N instances x K seeds per family through the Ray rollout pool and report success per family.
 
-    if split not in ("train", "val", "test"):
-        raise typer.BadParameter(f"'{split}' is not a split; use train, val or test", param_hint="--split")
+    The jobs are planned by flows/plan.py, the same planning `coevo run` uses for an evaluation pair.
+    """
+    from agents.pool import RolloutPool
+    from agents.trajectory_table import write_trajectories
+    from flows.plan import plan
+
     urls = list(api_base or [])
-    limits = Limits(max_turns=max_turns, wall_s=wall_s, max_tokens_per_turn=max_tokens)
-    jobs: list[RolloutJob] = []
-    routes: dict[str, list[str]] = {}
-    for fam in _families(list(family or [])):
-        model_str = model.replace(FAMILY_PLACEHOLDER, fam)
-        # One server: it is part of the model's identity. Several: replicas of one model, routed per episode.
-        role = ModelRole(model=model_str, api_base=urls[0] if len(urls) == 1 else None, max_tokens=max_tokens,
-                         temperature=temperature, strict_tools=strict_tools)
-        if len(urls) > 1:
-            routes[model_str] = urls
-        h = _harness_for(harness_spec, fam)
-        for inst in tasks.instances(fam, split)[:n]:  # type: ignore[arg-type]
-            jobs += [RolloutJob(instance=inst, harness=h, model=role, seed=s, limits=limits, tag=tag,
-                                tool_choice=_tool_choice(tool_choice)) for s in range(seeds)]
-    if not jobs:
-        console.print("[red]no jobs:[/] no family selected has instances in that split")
-        raise typer.Exit(1)
-    with RolloutPool(actors, address=address, concurrency_per_server=concurrency, api_bases=routes or None) as pool:
+    # One server: it is part of the model's identity. Several: replicas of one model, routed per episode.
+    role = ModelRole(model=model, api_base=urls[0] if len(urls) == 1 else None, max_tokens=limits.max_tokens_per_turn,
+                     temperature=temperature, strict_tools=strict_tools)
+    spec = _spec(role, harness_spec, _families(list(family or [])), split, n, seeds, limits, tag, tool_choice)
+    jobs = [job for chunk in plan(spec, Path.cwd()) for job in chunk.jobs]
+    routes = {spec.role(f).model: urls for f in spec.families} if len(urls) > 1 else None
+    with RolloutPool(actors, address=address, concurrency_per_server=concurrency, api_bases=routes) as pool:
         trajectories = pool.run(jobs, progress=True)
         stats = pool.stats
     path = write_trajectories(out / "trajectories.parquet", trajectories)

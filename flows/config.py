@@ -19,6 +19,7 @@ from agents.rollout import Limits
 from deploy.vllm_server import ServeSpec
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
+from training.config import LengthRule, TrainConfig
 
 
 class ConfigError(ValueError):
@@ -94,12 +95,12 @@ class TrainingConfig(BaseModel):
     base_model: str = Field(description="The role's base model directory (tokenizer + weights to train on).")
     adapter_name: str = Field(default="student@r1", pattern=r"^[A-Za-z0-9._@-]+$",
                               description="Versioned served name (one name = one adapter; bump it to retrain).")
-    rank: int = Field(default=16, ge=1, description="LoRA rank; at most the server's max_lora_rank.")
-    epochs: int = Field(default=2, ge=1, description="Passes over the dataset.")
-    lr: float = Field(default=1e-4, gt=0, description="Peak learning rate (warmup + cosine).")
-    seeds: int = Field(default=1, ge=1, description="Training seeds 0..S-1 (one adapter each); seed 0 is served.")
-    max_len: int = Field(default=49152, gt=0, description="Token limit per example; raised to 2x when more than "
-                         "5% exceed it; longer examples are dropped and counted.")
+    lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT settings (training.config."
+                              "TrainConfig: rank, epochs, lr, seeds, ...); the defaults are the paper's recipe. "
+                              "`rank` must be at most the server's max_lora_rank; seed 0 is served.")
+    length: LengthRule = Field(default_factory=LengthRule, description="Sequence length (training.config."
+                               "LengthRule): max_len, raised to 2x when more than raise_above of the examples "
+                               "exceed it; longer examples are dropped and counted.")
     evaluate_adapter: bool = Field(default=True, description="Add the pair (role, adapter_name) on the baseline "
                                    "harness and evaluate it after training.")
 
@@ -189,8 +190,9 @@ class RunConfig(BaseModel):
         if t.adapter_name in {a.name for a in self.adapters}:
             raise ValueError(f"training.adapter_name: '{t.adapter_name}' is already listed under `adapters`")
         spec = self.server_for(role)
-        if spec is not None and t.rank > spec.max_lora_rank:
-            raise ValueError(f"training.rank: {t.rank} > max_lora_rank {spec.max_lora_rank} of server '{spec.name}'")
+        if spec is not None and t.lora.rank > spec.max_lora_rank:
+            raise ValueError(f"training.lora.rank: {t.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
+                             f"'{spec.name}'")
         name = t.adapter_pair().name
         clash = [p.name for p in self.evaluation.pairs if p.name == name and not self.is_trained_pair(p)]
         if clash:
@@ -215,15 +217,21 @@ class RunConfig(BaseModel):
 
     def role(self, name: str, family: str, adapter: str | None = None) -> ModelRole:
         """The role's model for one family: `{family}` filled, the adapter's served name when one is given."""
+        return family_role(self.role_template(name, adapter), family)
+
+    def role_template(self, name: str, adapter: str | None = None) -> ModelRole:
+        """The role's model (the adapter's served name when one is given), `{family}` not yet filled."""
         base = self.models[name]
-        model = base.model.format(family=family)
-        if adapter is not None:
-            model = f"{base.provider}/{adapter}"
-        return base.model_copy(update={"model": model})
+        return base if adapter is None else base.model_copy(update={"model": f"{base.provider}/{adapter}"})
 
     def server_for(self, role: ModelRole) -> ServeSpec | None:
         """The configured server this role's calls go to (by api_base), if the run manages it."""
         return next((s for s in self.servers if role.api_base and role.api_base.rstrip("/") == s.api_base), None)
+
+
+def family_role(role: ModelRole, family: str) -> ModelRole:
+    """`role` with `{family}` in its model string filled (e.g. oracle/{family} -> oracle/stock_alert)."""
+    return role.model_copy(update={"model": role.model.format(family=family)})
 
 
 def preflight(config: RunConfig, repo_root: Path | None = None) -> None:

@@ -6,13 +6,16 @@
 Stages (Prefect tasks/subflows; inputs and outputs live in the run store, results are small JSON records,
 never a Ray handle or a client; Prefect caching is off because the store's content keys are the cache):
 
-    serve_models      start (or reuse) the configured vLLM servers, build the tiny model if missing
-    evaluate[pair]    subflow: collect_rollouts (retried on transient failures, restarting dead servers),
-                      then the per-family table as a Prefect table artifact
+    build_tiny_model  (when `tiny_model:` is set) build the tiny local model if missing
+    evaluate[pair]    subflow: collect_rollouts (retried on timeouts and Ray errors), then the per-family
+                      table as a Prefect table artifact
     train_adapter     (when `training:` is set) LoRA on the passed trajectories of `training.source_pair`,
-                      hot-loaded as `training.adapter_name`; then evaluate[adapter pair] (flows/training_stage.py)
+                      then hot-loaded as `training.adapter_name`; then evaluate[adapter pair] (flows/training_stage.py)
     report            report.md + PNGs in <run>/reports/, a markdown artifact
-    stop_models       stop the servers the run started (always, also after a failure)
+
+The model servers are one scope around the stages (`flows.servers.ModelServers`): started before the first,
+stopped after the last (also after a failure); every stage runs through `servers.run`, which restarts a
+server that died during the stage once and runs the stage again.
 """
 
 from __future__ import annotations
@@ -42,23 +45,22 @@ from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import Trajectory
 from analysis.report import long_family_table
 from deploy import tiny_model
-from deploy.vllm_server import ServerStartError, is_ready
 from flows import faults, servers
 from flows.config import RunConfig, preflight
 from flows.plan import Chunk, api_bases, pair_stage, plan_pair
 from flows.reporting import RunReport, write_run_report
-from flows.servers import ServerRecord, ServerUnavailable
+from flows.servers import ModelServers, ServerRestart, ServerUnavailable
 from flows.store import RunStore, new_run_id
-from flows.training_stage import TrainingRecord, adapter_pairs, train_and_serve, with_trained_adapter
+from flows.training_stage import TrainingRecord, adapter_pairs, train, with_trained_adapter
 
-TRANSIENT: tuple[type[BaseException], ...] = (
-    ServerUnavailable, ServerStartError, ConnectionError, TimeoutError, httpx.HTTPError, ray.exceptions.RayError,
-)
+# What a plain retry of a task can fix. A server that stopped answering is not among them: the server scope
+# restarts it and runs the stage again (flows/servers.py).
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, httpx.HTTPError, ray.exceptions.RayError)
 PROGRESS_EVERY_S = 2.0
 
 
 def _retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry only what a retry can fix (a server that died, a timeout, a lost actor), not a bug or a bad config."""
+    """Retry only what a retry can fix (a timeout, a lost actor), not a bug, a bad config or a dead server."""
     try:
         state.result()
     except TRANSIENT:
@@ -85,28 +87,18 @@ class CollectSummary(BaseModel):
     rollouts: int
     rollouts_run: int
     model_calls: int = Field(description="Model turns of the rollouts run now.")
-    restarted_servers: list[str] = Field(default_factory=list)
 
 
 # --- stages ---------------------------------------------------------------------------------------
 
-@task(name="serve_models", retries=1, retry_delay_seconds=5, retry_condition_fn=_retry_transient, cache_policy=NONE)
-def serve_models(config: RunConfig, run_dir: str, base_dir: str) -> list[ServerRecord]:
-    base = Path(base_dir)
-    if config.tiny_model is not None:
-        out = base / config.tiny_model.out
-        if not tiny_model.is_built(out):
-            get_run_logger().info("building the tiny model at %s", out)
-            tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=config.tiny_model.seed))
-    records = servers.start_all(config, Path(run_dir) / "logs" / "servers", base)
-    for r in records:
-        get_run_logger().info("server %s at %s (%s)", r.name, r.api_base, "started" if r.owned else "reused")
-    return records
-
-
-@task(name="stop_models", cache_policy=NONE)
-def stop_models(config: RunConfig, run_dir: str) -> list[int]:
-    return servers.stop_owned(config, Path(run_dir) / "logs" / "servers")
+@task(name="build_tiny_model", cache_policy=NONE)
+def build_tiny_model(config: RunConfig, base_dir: str) -> str:
+    assert config.tiny_model is not None
+    out = Path(base_dir) / config.tiny_model.out
+    if not tiny_model.is_built(out):
+        get_run_logger().info("building the tiny model at %s", out)
+        tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=config.tiny_model.seed))
+    return str(out)
 
 
 def _server_down(config: RunConfig, chunk: Chunk, trajs: list[Trajectory]) -> str | None:
@@ -115,7 +107,7 @@ def _server_down(config: RunConfig, chunk: Chunk, trajs: list[Trajectory]) -> st
         return None
     role = chunk.jobs[0].model
     bases = api_bases(config).get(role.model) or ([role.api_base] if role.api_base else [])
-    down = [b for b in bases if not is_ready(b)]
+    down = servers.unreachable(bases)
     return f"model server(s) {down} for {role.model} stopped answering during chunk {chunk.key}" if down else None
 
 
@@ -127,9 +119,6 @@ def collect_rollouts(config: RunConfig, run_dir: str, base_dir: str, pair_name: 
     store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
     pair = next(p for p in config.evaluation.pairs if p.name == pair_name)
     chunks = plan_pair(config, pair, Path(base_dir))
-    restarted = servers.ensure_up(config, store.root / "logs" / "servers", Path(base_dir))
-    if restarted:
-        log.warning("restarted server(s) %s before collecting", restarted)
     todo = [c for c in chunks if not store.has(c.stage, c.key)]
     total = sum(len(c.jobs) for c in chunks)
     finished = total - sum(len(c.jobs) for c in todo)
@@ -137,7 +126,7 @@ def collect_rollouts(config: RunConfig, run_dir: str, base_dir: str, pair_name: 
         progress=100.0 * finished / max(total, 1), key=slug("progress", store.run_id, pair_name),
         description=f"{pair_name}: rollouts finished of {total} ({len(chunks) - len(todo)} chunks loaded from the store)")
     summary = CollectSummary(pair=pair_name, chunks=len(chunks), chunks_loaded=len(chunks) - len(todo), chunks_run=0,
-                             rollouts=total, rollouts_run=0, model_calls=0, restarted_servers=restarted)
+                             rollouts=total, rollouts_run=0, model_calls=0)
     if not todo:
         return summary
     log.info("%s: %d of %d chunks to run (%d rollouts)", pair_name, len(todo), len(chunks), total - finished)
@@ -191,17 +180,26 @@ def evaluate(config: RunConfig, run_dir: str, base_dir: str, pair_name: str) -> 
     return summary.model_dump()
 
 
-@task(name="train_adapter", retries=1, retry_delay_seconds=10, retry_condition_fn=_retry_transient,
-      cache_policy=NONE)
+@task(name="train_adapter", cache_policy=NONE)
 def train_adapter(config: RunConfig, run_dir: str, base_dir: str) -> TrainingRecord:
-    """Dataset from the source pair's passed rollouts, LoRA per seed (finished seeds skipped), seed 0 served."""
+    """Dataset from the source pair's passed rollouts, LoRA per seed (finished seeds skipped)."""
     store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
-    rec = train_and_serve(config, store, Path(base_dir))
+    rec = train(config, store, Path(base_dir))
     store.mark_done("train_adapter", rec.adapter_name, rec.model_dump(mode="json", exclude={"dataset"}))
-    get_run_logger().info("adapter %s served at %s: %d examples (%s), seeds trained %s, reused %s, final loss %s",
-                          rec.adapter_name, rec.served_at, rec.dataset.examples,
-                          "built" if rec.dataset_built else "from the store", rec.seeds_trained, rec.seeds_reused,
-                          rec.final_loss)
+    get_run_logger().info("adapter %s: %d examples (%s), seeds trained %s, reused %s, final loss %s",
+                          rec.adapter_name, rec.dataset.examples, "built" if rec.dataset_built else "from the store",
+                          rec.seeds_trained, rec.seeds_reused, rec.final_loss)
+    return rec
+
+
+def _train_and_serve(config: RunConfig, run_dir: str, base_dir: str, servers: ModelServers) -> TrainingRecord:
+    """train_adapter, then seed 0 hot-loaded into the role's server (and reloaded whenever the scope restarts it)."""
+    rec = train_adapter(config, run_dir, base_dir)
+    t = config.training
+    assert t is not None
+    spec = config.server_for(config.models[t.role])
+    servers.serve_adapter(spec.name if spec else None, rec.served_at, rec.adapter_name, Path(rec.adapter_dir))
+    get_run_logger().info("adapter %s served at %s", rec.adapter_name, rec.served_at)
     return rec
 
 
@@ -225,6 +223,7 @@ class EvaluationResult(BaseModel):
     report: RunReport
     collected: list[dict[str, Any]]
     training: TrainingRecord | None = None
+    server_restarts: list[ServerRestart] = Field(default_factory=list, description="Servers the scope restarted.")
 
 
 def _start_ray(config: RunConfig) -> bool:
@@ -237,6 +236,20 @@ def _start_ray(config: RunConfig) -> bool:
         ray.init(num_cpus=config.ray.num_cpus, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     return True
+
+
+def _stages(config: RunConfig, run_dir: str, base: str,
+            servers: ModelServers) -> tuple[list[dict[str, Any]], TrainingRecord | None]:
+    """evaluate every pair, then (with `training:`) train_adapter and evaluate the adapter's pair; each guarded."""
+    trained_pairs = adapter_pairs(config)
+    collected = [servers.run(f"evaluate[{p.name}]", evaluate, config, run_dir, base, p.name)
+                 for p in config.evaluation.pairs if p.name not in trained_pairs]
+    if config.training is None:
+        return collected, None
+    trained = servers.run("train_adapter", _train_and_serve, config, run_dir, base, servers)
+    with_adapter = with_trained_adapter(config, trained)
+    collected += [servers.run(f"evaluate[{name}]", evaluate, with_adapter, run_dir, base, name) for name in trained_pairs]
+    return collected, trained
 
 
 @flow(name="evaluation", flow_run_name="evaluation-{run_id}", log_prints=True)
@@ -253,23 +266,16 @@ def evaluation_flow(config: RunConfig, run_id: str | None = None, base_dir: str 
                          key=slug("run-dir", run_id), description=run_dir)
     owns_ray = _start_ray(config)
     try:
-        serve_models(config, run_dir, str(base))
-        try:
-            trained_pairs = adapter_pairs(config)
-            collected = [evaluate(config, run_dir, str(base), p.name) for p in config.evaluation.pairs
-                         if p.name not in trained_pairs]
-            trained = None
-            if config.training is not None:
-                trained = train_adapter(config, run_dir, str(base))
-                with_adapter = with_trained_adapter(config, trained)
-                collected += [evaluate(with_adapter, run_dir, str(base), name) for name in trained_pairs]
+        if config.tiny_model is not None:
+            build_tiny_model(config, str(base))
+        with ModelServers(config, store.root / "logs" / "servers", base, logger=get_run_logger()) as servers:
+            collected, trained = _stages(config, run_dir, str(base), servers)
             rep = report(run_dir, config.evaluation.bootstrap_samples)
-        finally:
-            stop_models(config, run_dir)
     finally:
         if owns_ray:
             ray.shutdown()
-    return EvaluationResult(run_id=run_id, run_dir=run_dir, report=rep, collected=collected, training=trained)
+    return EvaluationResult(run_id=run_id, run_dir=run_dir, report=rep, collected=collected, training=trained,
+                            server_restarts=servers.restarts)
 
 
 @flow(name="report", flow_run_name="report-{run_id}")

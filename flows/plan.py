@@ -1,4 +1,8 @@
-"""The evaluation plan: which rollout jobs a (model, harness) pair runs, grouped into resumable chunks.
+"""The rollout plan: which jobs a (model, harness) pair runs, grouped into resumable chunks.
+
+One planning path for every caller: a `RolloutSpec` (model, harness, families, split, N instances, seeds,
+limits, tag, tool choice) -> chunks of `RolloutJob`s. `coevo run` makes one spec per evaluation pair of the
+run config (`pair_spec`); `coevo rollout` makes one from its options.
 
 A chunk is (pair, family, seed): its trajectories are written together as one Parquet file whose name
 carries a content key of everything that changes the result (model and sampling options, harness id,
@@ -11,14 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import tasks
 from agents.pool import RolloutJob
-from agents.records import ModelRole
-from flows.config import EvalPair, RunConfig
+from agents.records import ModelRole, ToolChoice
+from agents.rollout import Limits
+from flows.config import EvalPair, RunConfig, family_role
 from flows.store import content_key
 from harness import Harness, baseline
+from tasks.records import Split
 
 EVAL_TAG = "eval"
 
@@ -36,35 +42,70 @@ class Chunk(BaseModel):
     jobs: list[RolloutJob]
 
 
+class RolloutSpec(BaseModel):
+    """What one (model, harness) pair rolls out: the first N instances of a split per family, seeds 0..S-1."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="The pair's name; its chunks are stored under `evaluate/<name>` in a run.")
+    model: ModelRole = Field(description="The model; '{family}' in its string is filled per family.")
+    harness: str = Field(default="baseline", description="'baseline' (h0 per family) or a harness file.")
+    families: list[str] = Field(min_length=1)
+    split: Split
+    n_instances: int | None = Field(gt=0, description="First N of the split per family; None = all.")
+    seeds: int = Field(gt=0, description="Seeds 0..S-1; each instance runs once per seed.")
+    limits: Limits = Field(default_factory=Limits)
+    tag: str = EVAL_TAG
+    tool_choice: ToolChoice | None = None
+
+    def role(self, family: str) -> ModelRole:
+        return family_role(self.model, family)
+
+
 def model_signature(role: ModelRole) -> dict[str, object]:
     """What about a role changes its rollouts (not where it is served, nor timeouts and retries)."""
     return role.model_dump(include={"model", "temperature", "top_p", "max_tokens", "extra_body", "strict_tools"})
 
 
+def stage_name(pair_name: str) -> str:
+    """Where a pair's chunks are stored in a run (`trajectories/evaluate/<pair>/`)."""
+    return f"evaluate/{pair_name}"
+
+
 def pair_stage(pair: EvalPair) -> str:
-    return f"evaluate/{pair.name}"
+    return stage_name(pair.name)
 
 
-def harness_for(pair: EvalPair, family: str, repo_root: Path) -> Harness:
-    return baseline(family) if pair.harness == "baseline" else Harness.load(repo_root / pair.harness)
+def harness_for(spec: str, family: str, repo_root: Path) -> Harness:
+    return baseline(family) if spec == "baseline" else Harness.load(repo_root / spec)
+
+
+def pair_spec(config: RunConfig, pair: EvalPair) -> RolloutSpec:
+    ev = config.evaluation
+    return RolloutSpec(name=pair.name, model=config.role_template(pair.model, pair.adapter), harness=pair.harness,
+                       families=config.family_names(), split=ev.split, n_instances=ev.n_instances, seeds=ev.seeds,
+                       limits=config.limits, tool_choice=pair.tool_choice)
+
+
+def plan(spec: RolloutSpec, repo_root: Path) -> list[Chunk]:
+    """One chunk per (family, seed), in that order; a chunk's key hashes everything that changes its rollouts."""
+    chunks = []
+    for family in spec.families:
+        insts = tasks.instances(family, spec.split, spec.n_instances)
+        role = spec.role(family)
+        harness = harness_for(spec.harness, family, repo_root)
+        for seed in range(spec.seeds):
+            key = content_key(spec.tag, model_signature(role), harness.id, [i.id for i in insts], seed,
+                              spec.limits.model_dump(), spec.tool_choice)
+            jobs = [RolloutJob(instance=i, harness=harness, model=role, seed=seed, limits=spec.limits, tag=spec.tag,
+                               tool_choice=spec.tool_choice) for i in insts]
+            chunks.append(Chunk(pair=spec.name, family=family, seed=seed, stage=stage_name(spec.name),
+                                key=f"{family}-s{seed}-{key}", jobs=jobs))
+    return chunks
 
 
 def plan_pair(config: RunConfig, pair: EvalPair, repo_root: Path) -> list[Chunk]:
-    ev = config.evaluation
-    chunks = []
-    for family in config.family_names():
-        insts = tasks.instances(family, ev.split)
-        insts = insts if ev.n_instances is None else insts[: ev.n_instances]
-        role = config.role(pair.model, family, pair.adapter)
-        harness = harness_for(pair, family, repo_root)
-        for seed in range(ev.seeds):
-            key = content_key(EVAL_TAG, model_signature(role), harness.id, [i.id for i in insts], seed,
-                              config.limits.model_dump(), pair.tool_choice)
-            jobs = [RolloutJob(instance=i, harness=harness, model=role, seed=seed, limits=config.limits, tag=EVAL_TAG,
-                               tool_choice=pair.tool_choice) for i in insts]
-            chunks.append(Chunk(pair=pair.name, family=family, seed=seed, stage=pair_stage(pair),
-                                key=f"{family}-s{seed}-{key}", jobs=jobs))
-    return chunks
+    return plan(pair_spec(config, pair), repo_root)
 
 
 def api_bases(config: RunConfig) -> dict[str, list[str]]:

@@ -1,22 +1,36 @@
-"""The run's vLLM servers: start (or reuse), check and restart, stop. Plain functions; stages wrap them.
+"""The run's vLLM servers as one resource scope: start (or reuse), health-check, restart, stop, in one place.
 
-Server state (pid, log) lives under `<run>/logs/servers/` so a restarted stage, or `coevo run --resume`,
-finds and cleans up what an earlier attempt began. A server already answering on a configured port with
-the configured name is reused and left running at the end (the run did not start it).
+    with ModelServers(config, run_dir / "logs" / "servers", repo_root, logger=logger) as servers:
+        servers.run("evaluate[student]", evaluate, config, ...)    # a stage, guarded
+        servers.serve_adapter("tiny", api_base, "student@r1", adapter_dir)
+
+Entering starts every configured server (reusing one already serving the same name on its port, which the
+run then leaves running) and loads the configured adapters; leaving stops the servers the run started, also
+after a failure. `run(stage, fn, ...)` is how every stage of a flow runs: servers that are down are restarted
+before it, and when the stage fails while one of them is down, that server is restarted once (logged, and
+kept in `restarts`) and the stage runs once more; a second failure is the stage's. A restarted server
+reloads every adapter the run loaded into it. Stages themselves never start or restart a server; they only
+report an outage (`ServerUnavailable`) when their model calls failed against a server that stopped answering.
+
+Server state (pid, log) lives under `state_dir` (`<run>/logs/servers/`) so a retried stage, or `coevo run
+--resume`, finds and cleans up what an earlier attempt began.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from deploy import vllm_server
-from deploy.vllm_server import ServeSpec
+from deploy.vllm_server import ServerStartError, ServeSpec
 from flows.config import RunConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ServerRecord(BaseModel):
@@ -32,8 +46,18 @@ class ServerRecord(BaseModel):
     log_path: str | None = None
 
 
+class ServerRestart(BaseModel):
+    """One restart the scope made: which server, during which stage, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    server: str
+    stage: str
+    reason: str
+
+
 class ServerUnavailable(RuntimeError):
-    """A server the run depends on stopped answering: transient, the stage retries after restarting it."""
+    """A server a stage depends on stopped answering; the scope restarts it and runs the stage again once."""
 
 
 def resolve_spec(spec: ServeSpec, repo_root: Path) -> ServeSpec:
@@ -44,6 +68,11 @@ def resolve_spec(spec: ServeSpec, repo_root: Path) -> ServeSpec:
     return spec.model_copy(update=update)
 
 
+def unreachable(api_bases: Iterable[str]) -> list[str]:
+    """The URLs among these that do not answer a health check right now."""
+    return [b for b in api_bases if not vllm_server.is_ready(b)]
+
+
 def _serves(spec: ServeSpec) -> bool:
     try:
         return vllm_server.is_ready(spec.api_base) and spec.name in vllm_server.served_models(spec.api_base)
@@ -51,53 +80,87 @@ def _serves(spec: ServeSpec) -> bool:
         return False
 
 
-def _load_adapters(config: RunConfig, spec: ServeSpec, repo_root: Path) -> None:
-    for a in config.adapters:
-        if a.server == spec.name:
-            vllm_server.load_adapter(spec.api_base, a.name, repo_root / a.path)
+class ModelServers:
+    """The configured servers of one run (a context manager); see the module docstring."""
 
+    def __init__(self, config: RunConfig, state_dir: Path, repo_root: Path, *, ready_timeout_s: float = 400.0,
+                 logger: Any = None) -> None:
+        self.state_dir, self.ready_timeout_s = state_dir, ready_timeout_s
+        self.specs = [resolve_spec(s, repo_root) for s in config.servers]
+        # (server name, adapter name, adapter dir): loaded after every (re)start of that server
+        self.adapters: list[tuple[str, str, Path]] = [(a.server, a.name, repo_root / a.path) for a in config.adapters]
+        self.records: dict[str, ServerRecord] = {}
+        self.restarts: list[ServerRestart] = []
+        self.log = logger or log
 
-def start_all(config: RunConfig, state_dir: Path, repo_root: Path, ready_timeout_s: float = 400.0) -> list[ServerRecord]:
-    """Start every configured server (reuse one already serving the same name on its port), load adapters."""
-    records = []
-    for raw in config.servers:
-        spec = resolve_spec(raw, repo_root)
-        if _serves(spec):
-            log.warning("reusing the server already serving '%s' at %s (the run will not stop it)", spec.name, spec.api_base)
-            records.append(ServerRecord(name=spec.name, port=spec.port, api_base=spec.api_base, owned=False))
-        else:
-            vllm_server.stop_server(spec.port, state_dir=state_dir)  # a dead one an earlier attempt left behind
-            h = vllm_server.start_server(spec, state_dir=state_dir, ready_timeout_s=ready_timeout_s)
-            records.append(ServerRecord(name=spec.name, port=spec.port, api_base=spec.api_base, owned=True,
-                                        pid=h.pid, log_path=h.log_path))
-        _load_adapters(config, spec, repo_root)
-    return records
+    def __enter__(self) -> "ModelServers":
+        self.start()
+        return self
 
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
-def ensure_up(config: RunConfig, state_dir: Path, repo_root: Path, ready_timeout_s: float = 400.0) -> list[str]:
-    """Restart every configured server that stopped answering (and reload its adapters); names restarted."""
-    restarted = []
-    for raw in config.servers:
-        spec = resolve_spec(raw, repo_root)
-        if _serves(spec):
-            continue
-        log.warning("server '%s' at %s is not answering: restarting it", spec.name, spec.api_base)
-        vllm_server.stop_server(spec.port, state_dir=state_dir)
-        vllm_server.start_server(spec, state_dir=state_dir, ready_timeout_s=ready_timeout_s)
-        _load_adapters(config, spec, repo_root)
-        restarted.append(spec.name)
-    return restarted
+    def start(self) -> list[ServerRecord]:
+        """Start (or reuse) every configured server and load its adapters; a failed start is tried once more."""
+        for spec in self.specs:
+            if _serves(spec):
+                self.log.warning("reusing the server already serving '%s' at %s (the run will not stop it)",
+                                 spec.name, spec.api_base)
+                self.records[spec.name] = ServerRecord(name=spec.name, port=spec.port, api_base=spec.api_base, owned=False)
+            else:
+                try:
+                    self._launch(spec)
+                except ServerStartError as e:
+                    self.log.warning("server '%s' did not start (%s): trying once more", spec.name, e)
+                    self._launch(spec)
+            self._load_adapters(spec)
+            self.log.info("server %s at %s (%s)", spec.name, spec.api_base,
+                          "started" if self.records[spec.name].owned else "reused")
+        return list(self.records.values())
 
+    def _launch(self, spec: ServeSpec) -> None:
+        vllm_server.stop_server(spec.port, state_dir=self.state_dir)  # a dead one an earlier attempt left behind
+        h = vllm_server.start_server(spec, state_dir=self.state_dir, ready_timeout_s=self.ready_timeout_s)
+        self.records[spec.name] = ServerRecord(name=spec.name, port=spec.port, api_base=spec.api_base, owned=True,
+                                               pid=h.pid, log_path=h.log_path)
 
-def stop_owned(config: RunConfig, state_dir: Path) -> list[int]:
-    """Stop the servers this run started (recorded under `state_dir`); returns their ports."""
-    stopped = []
-    for spec in config.servers:
-        if vllm_server.stop_server(spec.port, state_dir=state_dir):
-            stopped.append(spec.port)
-    return stopped
+    def _load_adapters(self, spec: ServeSpec) -> None:
+        for server, name, path in self.adapters:
+            if server == spec.name:
+                vllm_server.load_adapter(spec.api_base, name, path)
 
+    def down(self) -> list[str]:
+        """Health check: names of the run's servers that do not answer (with their served name) right now."""
+        return [s.name for s in self.specs if not _serves(s)]
 
-def down_servers(config: RunConfig) -> list[str]:
-    """Names of configured servers not answering right now."""
-    return [s.name for s in config.servers if not _serves(s)]
+    def restart(self, names: list[str], stage: str, reason: str) -> None:
+        """Stop, start and reload the adapters of these servers (the run owns them afterwards)."""
+        for spec in (s for s in self.specs if s.name in names):
+            self.log.warning("server '%s' at %s %s (stage %s): restarting it", spec.name, spec.api_base, reason, stage)
+            self._launch(spec)
+            self._load_adapters(spec)
+            self.restarts.append(ServerRestart(server=spec.name, stage=stage, reason=reason))
+
+    def run(self, stage: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one stage against answering servers; restart a server that died during it once, then rerun it."""
+        dead = self.down()
+        if dead:
+            self.restart(dead, stage, "was not answering before the stage")
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            dead = self.down()
+            if not dead:
+                raise
+            self.restart(dead, stage, f"stopped answering during the stage ({type(e).__name__})")
+        return fn(*args, **kwargs)
+
+    def serve_adapter(self, server: str | None, api_base: str, name: str, path: Path) -> None:
+        """Load an adapter now; when `server` is one of the run's, also after every restart of it."""
+        vllm_server.load_adapter(api_base, name, path)
+        if server is not None:
+            self.adapters.append((server, name, path))
+
+    def stop(self) -> list[int]:
+        """Stop the servers this run started (recorded under `state_dir`); returns their ports."""
+        return [s.port for s in self.specs if vllm_server.stop_server(s.port, state_dir=self.state_dir)]

@@ -1,6 +1,7 @@
-"""The `train_adapter` stage's work: stored trajectories -> dataset -> LoRA adapter(s) -> served under a name.
+"""The `train_adapter` stage's work: stored trajectories -> dataset -> LoRA adapter(s), to be served under a name.
 
-    record = train_and_serve(config, store, repo_root)      # flows/evaluation.py wraps it as a Prefect task
+    record = train(config, store, repo_root)      # flows/evaluation.py wraps it as a Prefect task
+    servers.serve_adapter(...)                    # the run's ModelServers scope loads seed 0 (flows/servers.py)
 
 1. Data: the passed trajectories of the finished evaluation pair `training.source_pair` (the chunk files
    `state.json` lists for it), masked `assistant`, rendered with the base model's tokenizer.
@@ -9,7 +10,11 @@
 3. `<run>/adapters/<adapter_name>/seed-<s>`: `training.lora.train_seeds` skips seeds already finished with
    the same config and data. A name is one adapter: a finished adapter made from other data or settings is
    an error (bump the version, e.g. student@r2), because evaluation chunks of that name would be reused.
-4. Seed 0 is hot-loaded into the role's vLLM server under `adapter_name` (idempotent on a resumed run).
+4. The flow then has the run's server scope hot-load seed 0 into the role's vLLM server under `adapter_name`
+   (idempotent on a resumed run; reloaded if that server is restarted later in the run).
+
+The settings are `training.lora` (`training.config.TrainConfig`) and `training.length` (`LengthRule`), used as
+they are: no default is restated here.
 """
 
 from __future__ import annotations
@@ -19,20 +24,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deploy import vllm_server
 from flows import servers
-from flows.config import AdapterConfig, RunConfig, TrainingConfig
+from flows.config import AdapterConfig, RunConfig
 from flows.store import RunStore, content_key
 from training.config import TrainConfig
 from training.dataset import (
-    MANIFEST_FILE,
     DatasetStats,
-    LengthRule,
-    Manifest,
     build_dataset,
     is_dataset,
     load_tokenizer,
     manifest_sha256,
+    read_manifest,
     tokenizer_fingerprint,
     write_dataset,
 )
@@ -64,14 +66,6 @@ class TrainingRecord(BaseModel):
     final_loss: dict[int, float] = Field(description="Seed -> loss of the last optimizer step.")
 
 
-def train_config(t: TrainingConfig) -> TrainConfig:
-    return TrainConfig(rank=t.rank, epochs=t.epochs, lr=t.lr)
-
-
-def length_rule(t: TrainingConfig) -> LengthRule:
-    return LengthRule(max_len=t.max_len, raised_max_len=2 * t.max_len)
-
-
 def _chat_template(config: RunConfig, repo_root: Path) -> Path | None:
     """The template the role's server renders with, if the run sets one: training must render the same way."""
     spec = config.server_for(config.models[config.training.role])  # type: ignore[union-attr]
@@ -90,7 +84,7 @@ def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tupl
                          f"{store.run_id}; it must be evaluated before training")
     base = (repo_root / t.base_model).resolve()
     tokenizer = load_tokenizer(base, _chat_template(config, repo_root))
-    rule = length_rule(t)
+    rule = t.length
     key = content_key("dataset", done["stage"], sorted(done["chunks"]), DATA_FILTER, MASK,
                       tokenizer_fingerprint(tokenizer), rule.model_dump())
     out = store.root / "datasets" / key
@@ -119,30 +113,25 @@ def _check_same_adapter(root: Path, config: TrainConfig, data_hash: str, seeds: 
                              f"give `training.adapter_name` a new version (names are served and cached by name)")
 
 
-def train_and_serve(config: RunConfig, store: RunStore, repo_root: Path, show_progress: bool = False) -> TrainingRecord:
+def train(config: RunConfig, store: RunStore, repo_root: Path, show_progress: bool = False) -> TrainingRecord:
+    """Dataset (built or found), then one adapter per training seed (finished seeds are skipped)."""
     t = config.training
     if t is None:
         raise ValueError("the run config has no `training` section")
     data_dir, built, n_source = prepare_dataset(config, store, repo_root)
-    manifest = Manifest.model_validate_json((data_dir / MANIFEST_FILE).read_text())  # train_seeds reads the rows
+    manifest = read_manifest(data_dir)  # train_seeds reads the rows
     data_hash = manifest_sha256(data_dir)
-    tc = train_config(t)
     root = store.root / "adapters" / t.adapter_name
-    seeds = range(t.seeds)
-    _check_same_adapter(root, tc, data_hash, seeds)
-    reused = [s for s in seeds if finished(root / f"seed-{s}", tc, s, data_hash) is not None]
-    summaries: list[TrainSummary] = train_seeds(data_dir, (repo_root / t.base_model).resolve(), root, tc, seeds,
+    seeds = range(t.lora.seeds)
+    _check_same_adapter(root, t.lora, data_hash, seeds)
+    reused = [s for s in seeds if finished(root / f"seed-{s}", t.lora, s, data_hash) is not None]
+    summaries: list[TrainSummary] = train_seeds(data_dir, (repo_root / t.base_model).resolve(), root, t.lora, seeds,
                                                 show_progress=show_progress)
-    served = root / "seed-0"
-    role = config.models[t.role]
-    # A managed server that died since the last stage is restarted first (it reloads `adapters`, not this one).
-    servers.ensure_up(config, store.root / "logs" / "servers", repo_root)
-    vllm_server.load_adapter(role.api_base or "", t.adapter_name, served)
     return TrainingRecord(
-        adapter_name=t.adapter_name, served_at=role.api_base or "", adapter_dir=str(served), adapters_root=str(root),
-        dataset_dir=str(data_dir), dataset_built=built, dataset=manifest.stats, source_pair=t.source_pair,
-        source_trajectories=n_source, seeds_trained=[s for s in seeds if s not in reused], seeds_reused=reused,
-        final_loss={s.seed: s.loss_curve[-1].loss for s in summaries if s.loss_curve},
+        adapter_name=t.adapter_name, served_at=config.models[t.role].api_base or "", adapter_dir=str(root / "seed-0"),
+        adapters_root=str(root), dataset_dir=str(data_dir), dataset_built=built, dataset=manifest.stats,
+        source_pair=t.source_pair, source_trajectories=n_source, seeds_trained=[s for s in seeds if s not in reused],
+        seeds_reused=reused, final_loss={s.seed: s.loss_curve[-1].loss for s in summaries if s.loss_curve},
     )
 
 

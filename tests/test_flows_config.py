@@ -150,3 +150,27 @@ def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
     assert raw["evaluation"]["pairs"][0]["harness"] == "baseline"  # the input is not mutated
     with pytest.raises(ConfigError, match="adapters.0.path"):
         preflight(cfg, REPO)
+
+
+def test_a_pair_and_the_rollout_command_plan_through_one_spec(tmp_path: Path) -> None:
+    from agents.records import ModelRole
+    from flows.plan import RolloutSpec, pair_spec, plan
+
+    cfg = parse_config({**_base(tmp_path), "families": ["payroll_audit", "anomaly_detection"]})
+    expert = cfg.evaluation.pairs[1]
+    spec = pair_spec(cfg, expert)
+    # what `coevo rollout --model 'oracle/{family}' --split test --n 2 --seeds 2 --tag eval` builds from its options
+    by_hand = RolloutSpec(name="expert", model=ModelRole(model="oracle/{family}"), families=["payroll_audit", "anomaly_detection"],
+                          split="test", n_instances=2, seeds=2, limits=cfg.limits, tag="eval")
+    assert by_hand == spec
+    chunks = plan(by_hand, REPO)
+    assert [(c.key, [j.key for j in c.jobs]) for c in chunks] == \
+        [(c.key, [j.key for j in c.jobs]) for c in plan_pair(cfg, expert, REPO)]
+    # another tag (the rollout command's default) is another set of trajectories
+    other = plan(by_hand.model_copy(update={"tag": "rollout"}), REPO)
+    assert not {c.key for c in other} & {c.key for c in chunks}
+    assert {j.tag for c in other for j in c.jobs} == {"rollout"}
+    # the adapter pair's spec calls the role under the adapter's served name
+    with_adapter = parse_config({**_base(tmp_path), "adapters": [{"name": "student@r1", "path": "x", "server": "tiny"}],
+                                 "evaluation": {"pairs": [{"model": "student", "adapter": "student@r1"}]}})
+    assert pair_spec(with_adapter, with_adapter.evaluation.pairs[0]).model.model == "hosted_vllm/student@r1"

@@ -163,20 +163,44 @@ def test_expert_formats_convert_to_the_student_format(tok) -> None:
 def test_length_rule_drops_and_auto_raises(tok) -> None:
     short = [make_trajectory(i, n_tool_turns=1) for i in range(19)]
     long = [make_trajectory(100 + i, n_tool_turns=6) for i in range(4)]
-    lens = {t.id: len(build_dataset([t], tok).examples[0].input_ids) for t in (short[0], long[0])}
-    limit = (lens[short[0].id] + lens[long[0].id]) // 2
+    huge = [make_trajectory(200 + i, n_tool_turns=20) for i in range(4)]
+    lens = {t.id: len(build_dataset([t], tok).examples[0].input_ids) for t in (*short, *long, *huge)}
+    limit = (max(lens[t.id] for t in short) + min(lens[t.id] for t in long)) // 2
+    assert max(lens[t.id] for t in long) <= 2 * limit < min(lens[t.id] for t in huge)  # the premise of the checks
+    rule = LengthRule(max_len=limit)
+    assert rule.raised_max_len == 2 * limit  # the raise is always 2x the configured limit
     # 1 of 20 over the limit (5%, not more than 5%): no raise, the long one is dropped and counted.
-    kept = build_dataset([*short, long[0]], tok, length=LengthRule(max_len=limit, raised_max_len=10 * limit))
+    kept = build_dataset([*short, long[0]], tok, length=rule)
     s = kept.manifest.stats
     assert (s.examples, s.dropped, s.max_len, s.max_len_raised) == (19, {"over_max_len": 1}, limit, False)
     assert s.over_default_fraction == pytest.approx(0.05)
-    # 4 of 23 over (17%): the limit is raised and everything fits.
-    raised = build_dataset([*short, *long], tok, length=LengthRule(max_len=limit, raised_max_len=10 * limit))
-    assert (raised.manifest.stats.examples, raised.manifest.stats.max_len_raised, raised.manifest.stats.max_len) == (23, True, 10 * limit)
-    # Raised, but the raised limit is still too small for the long ones: they are dropped, never truncated.
-    still = build_dataset([*short, *long], tok, length=LengthRule(max_len=limit, raised_max_len=limit + 1))
-    assert (still.manifest.stats.examples, still.manifest.stats.dropped) == (19, {"over_max_len": 4})
-    assert all(e.n_tokens <= limit + 1 for e in still.examples)
+    # 4 of 23 over (17%): the limit is raised to 2x and everything fits.
+    raised = build_dataset([*short, *long], tok, length=rule)
+    assert (raised.manifest.stats.examples, raised.manifest.stats.max_len_raised, raised.manifest.stats.max_len) == (23, True, 2 * limit)
+    # Raised, but the raised limit is still too small for the huge ones: they are dropped, never truncated.
+    still = build_dataset([*short, *huge], tok, length=rule)
+    assert (still.manifest.stats.examples, still.manifest.stats.dropped, still.manifest.stats.max_len) == (19, {"over_max_len": 4}, 2 * limit)
+    assert all(e.n_tokens <= 2 * limit for e in still.examples)
+    # raise_above is a parameter: at 20% the same 17% over does not raise
+    assert build_dataset([*short, *long], tok, length=LengthRule(max_len=limit, raise_above=0.2)).manifest.stats.examples == 19
+
+
+def test_schema_1_manifest_is_converted_or_refused_in_one_line(tok, tmp_path: Path) -> None:
+    built = build_dataset([make_trajectory(i) for i in range(2)], tok, length=LengthRule(max_len=4096))
+    write_dataset(built, tmp_path / "ds")
+    manifest = tmp_path / "ds" / "manifest.json"
+    raw = json.loads(manifest.read_text())
+    assert raw["schema_version"] == 2 and "raised_max_len" not in raw["length_rule"]
+    old = {**raw, "schema_version": 1, "length_rule": {**raw["length_rule"], "raised_max_len": 8192}}
+    manifest.write_text(json.dumps(old))
+    examples, converted = load_dataset(tmp_path / "ds")
+    assert len(examples) == 2 and converted.length_rule == LengthRule(max_len=4096) and converted.schema_version == 2
+    manifest.write_text(json.dumps({**old, "length_rule": {**old["length_rule"], "raised_max_len": 5000}}))
+    with pytest.raises(ValueError, match=r"schema-1 dataset raised its limit to 5000, not 2 x max_len; rebuild it"):
+        load_dataset(tmp_path / "ds")
+    manifest.write_text(json.dumps({**raw, "schema_version": 9}))
+    with pytest.raises(ValueError, match=r"dataset schema_version 9, this code reads 2; rebuild it"):
+        load_dataset(tmp_path / "ds")
 
 
 def test_write_load_roundtrip_and_cli(tok, tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -1,4 +1,11 @@
-"""LoRA-SFT settings. Every field says its unit or intent; the defaults are the paper's recipe."""
+"""Training settings, each defined once: `TrainConfig` (LoRA-SFT) and `LengthRule` (sequence length).
+
+The defaults are the paper's recipe: LoRA rank 16 (or 64), 2 epochs, lr 1e-4, effective batch 8, 3 training
+seeds, sequence length 49152 raised to 2 x 49152 = 98304 when more than 5% of the examples would be cut.
+Everything else reads them from here: the run config (`flows/config.py` embeds both records), the
+`coevo train` / `coevo dataset build` options (generated from these fields, help = `description`), the
+flow's training stage. Small setups (the tiny model, tests) set smaller values explicitly.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +15,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+RAISE_FACTOR = 2  # the raised sequence limit is this many times the configured one (49152 -> 98304)
+# Fields that do not change the trained adapter: a checkpoint or a finished adapter made with other values is reused.
+NOT_IN_DIGEST = frozenset({"checkpoint_every", "keep_checkpoints", "seeds"})
 
 
 class TrainConfig(BaseModel):
+    """LoRA-SFT settings of one training run (one adapter per seed). Every field says its unit or intent."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rank: int = Field(default=16, ge=1, description="LoRA rank r (16 or 64 in the recipe).")
-    alpha: int | None = Field(default=None, ge=1, description="LoRA alpha; None means 2 x rank.")
+    alpha: int | None = Field(default=None, ge=1, description="LoRA alpha; unset means 2 x rank.")
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     target_modules: tuple[str, ...] = Field(default=ALL_LINEAR,
                                             description="Linear projections of attention and MLP that get adapters.")
     epochs: int = Field(default=2, ge=1, description="Passes over the dataset.")
-    lr: float = Field(default=1e-4, gt=0, description="Peak learning rate (AdamW).")
+    lr: float = Field(default=1e-4, gt=0, description="Peak learning rate (AdamW; linear warmup, then cosine to 0).")
     warmup_ratio: float = Field(default=0.05, ge=0, lt=1, description="Fraction of optimizer steps of linear warmup.")
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay on the LoRA weights.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping (global L2 norm).")
@@ -36,6 +48,8 @@ class TrainConfig(BaseModel):
         "on large models; costs about a third more compute. Off is faster for short sequences.")
     checkpoint_every: int = Field(default=50, ge=1, description="Optimizer steps between resumable checkpoints.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept on disk.")
+    seeds: int = Field(default=3, ge=1, description="Training seeds 0..S-1, one adapter each (the paper's 3); "
+                       "seed 0 is the one served.")
 
     @model_validator(mode="after")
     def _batch_fits(self) -> "TrainConfig":
@@ -48,6 +62,25 @@ class TrainConfig(BaseModel):
         return self.alpha if self.alpha is not None else 2 * self.rank
 
     def digest(self) -> str:
-        """Settings that change the result (not checkpoint cadence): a checkpoint only resumes its own run."""
-        same = self.model_dump(exclude={"checkpoint_every", "keep_checkpoints"})
+        """Settings that change one adapter (not checkpoint cadence, not how many seeds): a checkpoint or a
+        finished adapter is reused only by its own settings."""
+        same = self.model_dump(exclude=set(NOT_IN_DIGEST))
         return hashlib.sha256(repr(sorted(same.items())).encode()).hexdigest()[:16]
+
+
+class LengthRule(BaseModel):
+    """Sequence-length policy of a dataset: a limit, raised to 2x when too many examples would be cut.
+
+    Examples over the limit in force are dropped and counted, never truncated mid-turn.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_len: int = Field(default=49152, gt=0, description=f"Token limit per example; raised to {RAISE_FACTOR}x "
+                         "when more than `raise_above` of the examples exceed it.")
+    raise_above: float = Field(default=0.05, ge=0.0, le=1.0,
+                               description="Raise the limit when more than this fraction of examples would be cut.")
+
+    @property
+    def raised_max_len(self) -> int:
+        return RAISE_FACTOR * self.max_len

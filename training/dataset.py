@@ -8,9 +8,10 @@ Per example: convert the conversation to the student's format (training/convert.
 student's chat template and mask it (training/render.py). An example that cannot be converted or masked is
 dropped and counted under its reason; a template that is not prefix-stable is a systemic error and raises.
 
-Sequence length rule (`LengthRule`): the default limit is 49152 tokens; when more than 5% of the examples
-would be truncated at it, the limit is raised to 98304 (logged and recorded in the manifest). Examples
-still over the limit are dropped and counted (`over_max_len`), never truncated mid-turn.
+Sequence length rule (`training.config.LengthRule`, whose defaults are the recipe's): when more than
+`raise_above` of the examples would be cut at `max_len`, the limit is raised to 2 x max_len (logged and
+recorded in the manifest). Examples still over the limit are dropped and counted (`over_max_len`), never
+truncated mid-turn.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import Trajectory
+from training.config import RAISE_FACTOR, LengthRule
 from training.convert import ConversionError, to_student_messages
 from training.render import IGNORE, MaskMode, MaskSelectionError, render
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the length rule's raised limit is 2 x max_len, no longer stored
 EXAMPLES_FILE = "examples.parquet"
 MANIFEST_FILE = "manifest.json"
 REASON_OVER_MAX_LEN = "over_max_len"
@@ -54,17 +56,6 @@ EXAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "n_tokens": pl.Int64(),
     "n_trained": pl.Int64(),
 }
-
-
-class LengthRule(BaseModel):
-    """Sequence-length policy; tests use tiny numbers, real runs the defaults."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_len: int = Field(default=49152, gt=0, description="Token limit per example.")
-    raised_max_len: int = Field(default=98304, gt=0, description="Limit used when too many examples exceed max_len.")
-    raise_above: float = Field(default=0.05, ge=0.0, le=1.0,
-                               description="Raise the limit when more than this fraction would be truncated.")
 
 
 class DatasetStats(BaseModel):
@@ -253,13 +244,32 @@ def manifest_sha256(path: str | Path) -> str:
     return _sha256(Path(path) / MANIFEST_FILE)
 
 
+def read_manifest(path: str | Path) -> Manifest:
+    """A dataset's manifest. Schema 1 stored the raised limit (`raised_max_len`); it is read as schema 2 when
+    that limit was 2 x max_len, and refused with one line otherwise."""
+    file = Path(path) / MANIFEST_FILE
+    raw = json.loads(file.read_text())
+    version = raw.get("schema_version", 1)
+    if version == 1 and isinstance(raw.get("length_rule"), dict):
+        rule = dict(raw["length_rule"])
+        raised = rule.pop("raised_max_len", None)
+        if raised is not None and raised != RAISE_FACTOR * rule.get("max_len", 0):
+            raise ValueError(f"{file}: a schema-1 dataset raised its limit to {raised}, not {RAISE_FACTOR} x max_len; "
+                             "rebuild it with `coevo dataset build`")
+        raw = {**raw, "length_rule": rule, "schema_version": SCHEMA_VERSION}
+    elif version != SCHEMA_VERSION:
+        raise ValueError(f"{file}: dataset schema_version {version}, this code reads {SCHEMA_VERSION}; "
+                         "rebuild it with `coevo dataset build`")
+    return Manifest.model_validate(raw)
+
+
 def load_dataset(path: str | Path) -> tuple[list[Example], Manifest]:
     """Read a dataset written by write_dataset; checks the examples file against the manifest's hash."""
     path = Path(path)
     if not is_dataset(path):
         raise FileNotFoundError(f"{path} is not a dataset (needs {EXAMPLES_FILE} and {MANIFEST_FILE}); "
                                 "build one with `coevo dataset build`")
-    manifest = Manifest.model_validate_json((path / MANIFEST_FILE).read_text())
+    manifest = read_manifest(path)
     if manifest.examples_sha256 and manifest.examples_sha256 != _sha256(path / EXAMPLES_FILE):
         raise ValueError(f"{path / EXAMPLES_FILE} does not match its manifest's hash; rebuild the dataset")
     frame = pl.read_parquet(path / EXAMPLES_FILE)

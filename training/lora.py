@@ -1,14 +1,15 @@
 """LoRA-SFT of the student on a built dataset, through accelerate; writes adapters vLLM serves.
 
     # one process (CPU or one GPU), in-process:
-    summaries = train_seeds("runs/x/datasets/d", ".cache/tiny-model", "runs/x/adapters/r1", TrainConfig(), seeds=(0, 1, 2))
+    summaries = train_seeds("runs/x/datasets/d", ".cache/tiny-model", "runs/x/adapters/r1", TrainConfig())  # seeds 0, 1, 2
     # several GPUs (FSDP or DeepSpeed ZeRO-3), the same code under accelerate launch:
     accelerate launch --config_file deploy/accelerate/fsdp.yaml -m flows.cli train --data D --base M --out O
 
-Recipe (TrainConfig defaults): LoRA on q/k/v/o/gate/up/down, rank 16, alpha 2 x rank, dropout 0.05, AdamW
-lr 1e-4 with linear warmup then cosine decay to 0, 2 epochs, effective batch 8 by gradient accumulation,
-bf16 on GPUs that have it (fp32 on CPU). The loss is the mean over the trained tokens of the whole
-effective batch (not a mean of per-example means), so long and short examples weigh per token.
+Recipe (the `TrainConfig` defaults, training/config.py): LoRA on q/k/v/o/gate/up/down, rank 16, alpha 2 x
+rank, dropout 0.05, AdamW lr 1e-4 with linear warmup then cosine decay to 0, 2 epochs, effective batch 8 by
+gradient accumulation, 3 seeds, bf16 on GPUs that have it (fp32 on CPU). The loss is the mean over the
+trained tokens of the whole effective batch (not a mean of per-example means), so long and short examples
+weigh per token.
 
 Reproducibility: the LoRA init and dropout draw from torch's generator, seeded with the training seed; the
 data order is a seeded permutation per epoch (`random.Random`). A run killed after a checkpoint and
@@ -27,6 +28,7 @@ import resource
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,124 @@ def _load_model(base: Path, config: TrainConfig, precision: str) -> Any:
     return get_peft_model(model, lora)  # LoRA weights stay fp32 (peft's default autocast_adapter_dtype)
 
 
+@dataclass
+class _Setup:
+    """What one seed's training holds while it runs (accelerate-prepared model and optimizer, the step plan)."""
+
+    accelerator: Any
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    plan: list[tuple[int, list[int]]]
+    precision: str
+    sharded: bool
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+
+def _full_batches(plan: list[tuple[int, list[int]]], effective_batch: int, n_examples: int,
+                  world: int) -> list[tuple[int, list[int]]]:
+    """FSDP/DeepSpeed need the same number of forward passes on every rank: keep only full batches."""
+    if world == 1:
+        return plan
+    short = [b for _, b in plan if len(b) < effective_batch]
+    full = [(e, b) for e, b in plan if len(b) == effective_batch]
+    if short:
+        log.warning("%d processes: skipping %d short batch(es) (%d examples) at epoch ends",
+                    world, len(short), sum(len(b) for b in short))
+    if not full:
+        raise ValueError(f"{n_examples} examples make no full batch of {effective_batch}")
+    return full
+
+
+def _setup(n_examples: int, base: Path, config: TrainConfig, seed: int, accelerator: Any) -> _Setup:
+    """Check the batch split, load base + LoRA (seeded), build optimizer, scheduler and the step plan."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+
+    if not n_examples:
+        raise ValueError("the dataset has no examples; check its manifest's dropped counts")
+    precision = _precision(config)
+    accelerator = accelerator or Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
+    world = accelerator.num_processes
+    if config.effective_batch % (world * config.micro_batch):
+        raise ValueError(f"effective_batch {config.effective_batch} is not a multiple of processes ({world}) x "
+                         f"micro_batch ({config.micro_batch}); change --micro-batch or the number of processes")
+    # The LoRA init and dropout use torch's global generator; seeding it is how peft runs become repeatable.
+    torch.manual_seed(seed)
+    model = _load_model(base, config, precision)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    plan = _full_batches(batch_plan(n_examples, config.effective_batch, config.epochs, seed),
+                         config.effective_batch, n_examples, world)
+    warmup = max(1, math.ceil(config.warmup_ratio * len(plan)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(len(plan), warmup))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    return _Setup(accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler, plan=plan,
+                  precision=precision, sharded=sharded)
+
+
+def _resume(run: _Setup, ckpt_root: Path, config: TrainConfig, seed: int, data_hash: str) -> tuple[int, list[StepLog]]:
+    """(step to start at, loss curve so far) from the newest checkpoint made by this same run, if any."""
+    last = checkpoint.latest(ckpt_root)
+    if last is None:
+        return 0, []
+    state = checkpoint.read_state(last)
+    if (state["config_digest"], state["data_hash"], state["seed"]) != (config.digest(), data_hash, seed):
+        raise ValueError(f"{last} was made with another config, dataset or seed; use a fresh --out")
+    checkpoint.load(last, accelerator=run.accelerator, model=run.model, optimizer=run.optimizer,
+                    scheduler=run.scheduler, sharded=run.sharded)
+    log.info("resuming %s from step %d", ckpt_root.parent, state["step"])
+    return state["step"], [StepLog.model_validate(s) for s in state["loss_curve"]]
+
+
+def _optimizer_step(run: _Setup, batch: Sequence[Example], config: TrainConfig) -> float:
+    """Forward/backward this process's share of one effective batch, clip, step; the batch's mean token loss."""
+    acc, model, world = run.accelerator, run.model, run.world
+    batch_trained = sum(e.n_trained for e in batch)
+    mine = list(batch)[acc.process_index::world]
+    micro = [mine[i: i + config.micro_batch] for i in range(0, len(mine), config.micro_batch)]
+    loss_sum = torch.zeros((), device=acc.device)
+    for j, mb in enumerate(micro):
+        last_micro = j == len(micro) - 1
+        _set_sync(acc, last_micro)
+        with acc.no_sync(model) if not last_micro else contextlib.nullcontext():
+            s = token_loss_sum(model, _micro_batch(mb, acc.device))
+            # Scaled so the gradient averaged over processes is that of the batch's mean token loss.
+            acc.backward(s * world / batch_trained)
+        loss_sum += s.detach()
+    # All parameters (frozen ones have no grad): accelerate uses FSDP's sharded clipping only for those.
+    acc.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return acc.reduce(loss_sum, reduction="sum").item() / batch_trained
+
+
+def _notify(on_step: Callable[[StepLog], None] | None, entry: StepLog) -> None:
+    if on_step is None:
+        return
+    try:
+        on_step(entry)
+    except Exception as e:  # an observer must not kill training
+        log.warning("on_step callback failed: %s: %s", type(e).__name__, e)
+
+
+def _write_summary(run: _Setup, out: Path, summary: TrainSummary) -> None:
+    """Adapter files, then training_summary.json (atomic; its presence means the seed is finished)."""
+    _save_adapter(run.accelerator, run.model, out, run.sharded)
+    if run.accelerator.is_main_process:
+        tmp = out / (SUMMARY_FILE + ".tmp")
+        tmp.write_text(summary.model_dump_json(indent=2))
+        os.replace(tmp, out / SUMMARY_FILE)
+        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)  # the adapter is the product; checkpoints only serve resume
+    run.accelerator.wait_for_everyone()
+    run.accelerator.free_memory()
+
+
 def train_adapter(
     examples: Sequence[Example],
     out: str | Path,
@@ -171,113 +291,41 @@ def train_adapter(
     accelerator: Any = None,
 ) -> TrainSummary:
     """Train one adapter into `out` (adapter files + training_summary.json); resumes from `out/checkpoints`."""
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedType
-
     out, base = Path(out), Path(base)
-    if not examples:
-        raise ValueError("the dataset has no examples; check its manifest's dropped counts")
-    precision = _precision(config)
-    accelerator = accelerator or Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
-    world, rank = accelerator.num_processes, accelerator.process_index
-    if config.effective_batch % (world * config.micro_batch):
-        raise ValueError(f"effective_batch {config.effective_batch} is not a multiple of processes ({world}) x "
-                         f"micro_batch ({config.micro_batch}); change --micro-batch or the number of processes")
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-
-    # The LoRA init and dropout use torch's global generator; seeding it is how peft runs become repeatable.
-    torch.manual_seed(seed)
-    model = _load_model(base, config, precision)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    plan = batch_plan(len(examples), config.effective_batch, config.epochs, seed)
-    if world > 1:
-        # FSDP/DeepSpeed need the same number of forward passes on every rank: keep only full batches.
-        short = [b for _, b in plan if len(b) < config.effective_batch]
-        plan = [(e, b) for e, b in plan if len(b) == config.effective_batch]
-        if short:
-            log.warning("%d processes: skipping %d short batch(es) (%d examples) at epoch ends",
-                        world, len(short), sum(len(b) for b in short))
-        if not plan:
-            raise ValueError(f"{len(examples)} examples make no full batch of {config.effective_batch}")
-    warmup = max(1, math.ceil(config.warmup_ratio * len(plan)))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(len(plan), warmup))
-    model, optimizer = accelerator.prepare(model, optimizer)
-
+    run = _setup(len(examples), base, config, seed, accelerator)
     ckpt_root = out / CHECKPOINT_DIR
-    curve: list[StepLog] = []
-    start = 0
-    last = checkpoint.latest(ckpt_root) if resume else None
-    if last is not None:
-        state = checkpoint.read_state(last)
-        if (state["config_digest"], state["data_hash"], state["seed"]) != (config.digest(), data_hash, seed):
-            raise ValueError(f"{last} was made with another config, dataset or seed; use a fresh --out")
-        checkpoint.load(last, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-                        sharded=sharded)
-        start, curve = state["step"], [StepLog.model_validate(s) for s in state["loss_curve"]]
-        log.info("resuming %s from step %d", out, start)
-
-    task = progress.add_task(f"seed {seed}", total=len(plan), completed=start, loss=float("nan"), tps=0.0) if progress else None
-    model.train()
+    start, curve = _resume(run, ckpt_root, config, seed, data_hash) if resume else (0, [])
+    task = progress.add_task(f"seed {seed}", total=len(run.plan), completed=start, loss=float("nan"), tps=0.0) if progress else None
+    run.model.train()
     t0, tokens_run, trained_run = time.perf_counter(), 0, 0
-    for step in range(start, len(plan)):
-        epoch, indices = plan[step]
-        batch_examples = [examples[i] for i in indices]
-        batch_trained = sum(e.n_trained for e in batch_examples)
-        mine = batch_examples[rank::world]
-        micro = [mine[i: i + config.micro_batch] for i in range(0, len(mine), config.micro_batch)]
-        loss_sum = torch.zeros((), device=accelerator.device)
-        for j, mb in enumerate(micro):
-            last_micro = j == len(micro) - 1
-            _set_sync(accelerator, last_micro)
-            ctx = accelerator.no_sync(model) if not last_micro else contextlib.nullcontext()
-            with ctx:
-                s = token_loss_sum(model, _micro_batch(mb, accelerator.device))
-                # Scaled so the gradient averaged over processes is that of the batch's mean token loss.
-                accelerator.backward(s * world / batch_trained)
-            loss_sum += s.detach()
-        # All parameters (frozen ones have no grad): accelerate uses FSDP's sharded clipping only for those.
-        accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss = accelerator.reduce(loss_sum, reduction="sum").item() / batch_trained
-        tokens = sum(e.n_tokens for e in batch_examples)
-        tokens_run, trained_run = tokens_run + tokens, trained_run + batch_trained
-        entry = StepLog(step=step + 1, epoch=epoch, loss=loss, lr=lr, trained_tokens=batch_trained, tokens=tokens)
+    for step in range(start, len(run.plan)):
+        epoch, indices = run.plan[step]
+        batch = [examples[i] for i in indices]
+        lr = run.scheduler.get_last_lr()[0]
+        loss = _optimizer_step(run, batch, config)
+        entry = StepLog(step=step + 1, epoch=epoch, loss=loss, lr=lr, trained_tokens=sum(e.n_trained for e in batch),
+                        tokens=sum(e.n_tokens for e in batch))
         curve.append(entry)
+        tokens_run, trained_run = tokens_run + entry.tokens, trained_run + entry.trained_tokens
         if progress:
             progress.update(task, advance=1, loss=loss, tps=trained_run / max(time.perf_counter() - t0, 1e-9))
-        if on_step is not None:
-            try:
-                on_step(entry)
-            except Exception as e:  # an observer must not kill training
-                log.warning("on_step callback failed: %s: %s", type(e).__name__, e)
-        if (step + 1) % config.checkpoint_every == 0 and step + 1 < len(plan):
-            checkpoint.save(ckpt_root, step + 1, accelerator=accelerator, model=model, optimizer=optimizer,
-                            scheduler=scheduler, sharded=sharded, keep=config.keep_checkpoints,
+        _notify(on_step, entry)
+        if (step + 1) % config.checkpoint_every == 0 and step + 1 < len(run.plan):
+            checkpoint.save(ckpt_root, step + 1, accelerator=run.accelerator, model=run.model, optimizer=run.optimizer,
+                            scheduler=run.scheduler, sharded=run.sharded, keep=config.keep_checkpoints,
                             trainer_state={"step": step + 1, "seed": seed, "config_digest": config.digest(),
                                            "data_hash": data_hash, "loss_curve": [c.model_dump() for c in curve]})
     wall = time.perf_counter() - t0
-
-    _save_adapter(accelerator, model, out, sharded)
     summary = TrainSummary(
         seed=seed, config=config, config_digest=config.digest(), base_model=str(base), data=data_ref,
-        data_manifest_sha256=data_hash, examples=len(examples), steps=len(plan), loss_curve=curve,
+        data_manifest_sha256=data_hash, examples=len(examples), steps=len(run.plan), loss_curve=curve,
         tokens_per_s=tokens_run / wall if wall > 0 else 0.0, trained_tokens_per_s=trained_run / wall if wall > 0 else 0.0,
-        wall_s=wall, resumed_from_step=start, precision=precision, device=str(accelerator.device), world_size=world,
-        peak_rss_mib=_peak_rss_mib(),
+        wall_s=wall, resumed_from_step=start, precision=run.precision, device=str(run.accelerator.device),
+        world_size=run.world, peak_rss_mib=_peak_rss_mib(),
         peak_gpu_mib=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0,
         adapter_dir=str(out),
     )
-    if accelerator.is_main_process:
-        tmp = out / (SUMMARY_FILE + ".tmp")
-        tmp.write_text(summary.model_dump_json(indent=2))
-        os.replace(tmp, out / SUMMARY_FILE)
-        shutil.rmtree(ckpt_root, ignore_errors=True)  # the adapter is the product; checkpoints only serve resume
-    accelerator.wait_for_everyone()
-    accelerator.free_memory()
+    _write_summary(run, out, summary)
     return summary
 
 
@@ -310,15 +358,17 @@ def train_seeds(
     base: str | Path,
     out: str | Path,
     config: TrainConfig,
-    seeds: Sequence[int] = (0, 1, 2),
+    seeds: Sequence[int] | None = None,
     *,
     show_progress: bool = True,
     on_step: Callable[[StepLog], None] | None = None,
 ) -> list[TrainSummary]:
-    """One adapter per seed in `out/seed-<s>/`; finished seeds are skipped, interrupted ones resume."""
+    """One adapter per seed in `out/seed-<s>/` (seeds 0..config.seeds-1 unless given); finished seeds are
+    skipped, interrupted ones resume."""
     from accelerate import Accelerator
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    seeds = range(config.seeds) if seeds is None else seeds
     examples, _ = load_dataset(data)
     data_hash = manifest_sha256(data)
     precision = _precision(config)

@@ -1,0 +1,118 @@
+"""Typer options generated from pydantic records: a setting is declared once, with its default and help.
+
+    @model_options(config=TrainConfig, length=LengthRule)
+    def train(data: Annotated[Path, typer.Option(...)], *, config: TrainConfig, length: LengthRule) -> None: ...
+
+`train` then has one option per field of both records (`--rank`, `--max-len`, ...): the default is the
+field's default, the help its `Field(description=...)`, the value is validated by the record itself, and an
+invalid one is a usage error naming the option. The command receives the built records under the keywords
+given (`config`, `length`). A tuple field (`target_modules`) becomes a repeatable option.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def option_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _is_optional(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
+def _option_type(field: FieldInfo) -> tuple[Any, Any]:
+    """(annotation typer understands, default) for one field; a tuple field becomes a repeatable list option."""
+    annotation, default = field.annotation, field.get_default(call_default_factory=True)
+    if typing.get_origin(annotation) is tuple:
+        (item, *_) = typing.get_args(annotation)
+        return Optional[list[item]], None  # None = the field's default
+    if _is_optional(annotation):
+        (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return Optional[inner], default
+    return annotation, default
+
+
+def _help(field: FieldInfo) -> str:
+    text = field.description or ""
+    if typing.get_origin(field.annotation) is tuple:
+        text += f" Repeat for several (default: {', '.join(map(str, field.default))})."
+    return text
+
+
+def _parameters(groups: dict[str, type[BaseModel]], taken: set[str],
+                aliases: dict[str, tuple[str, ...]]) -> tuple[list[inspect.Parameter], dict[str, str]]:
+    params, owner = [], {}
+    for key, model in groups.items():
+        for name, field in model.model_fields.items():
+            if name in taken or name in owner:
+                raise TypeError(f"option {option_name(name)} of {model.__name__} is declared twice")
+            owner[name] = key
+            annotation, default = _option_type(field)
+            flag = option_name(name)
+            if annotation is bool:  # a switch: --x/--no-x
+                flag = f"{flag}/--no-{flag.removeprefix('--')}"
+            decls = (flag, *aliases.get(name, ()))
+            option = typer.Option(*decls, help=_help(field))
+            kw = {} if field.is_required() else {"default": default}
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                            annotation=Annotated[annotation, option], **kw))
+    return params, owner
+
+
+def _usage_errors(e: ValidationError, aliases: dict[str, tuple[str, ...]]) -> list[str]:
+    """One line per invalid value, naming the option (a check across fields has no single option)."""
+    lines = []
+    for err in e.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["loc"]:
+            name = str(err["loc"][0])
+            lines.append(f"{(aliases.get(name) or (option_name(name),))[0]}: {msg}")
+        else:
+            lines.append(msg)
+    return lines
+
+
+def model_options(aliases: dict[str, tuple[str, ...]] | None = None, **groups: type[BaseModel]) -> Callable[[F], F]:
+    """Decorate a typer command: add an option per field of each record, pass the records built from them."""
+    alias_map = aliases or {}
+
+    def wrap(fn: F) -> F:
+        hints = typing.get_type_hints(fn, include_extras=True)
+        own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in inspect.signature(fn).parameters.items()
+               if n not in groups]
+        extra, owner = _parameters(groups, {p.name for p in own}, alias_map)
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            built, errors = {}, []
+            for key, model in groups.items():
+                values = {n: kwargs.pop(n) for n, k in owner.items() if k == key}
+                # an unset repeatable option arrives as None: the field keeps its own default
+                values = {n: v for n, v in values.items() if v is not None or model.model_fields[n].default is None}
+                try:
+                    built[key] = model(**values)
+                except ValidationError as e:
+                    errors += _usage_errors(e, alias_map)
+            if errors:
+                raise typer.BadParameter("; ".join(errors))
+            return fn(**kwargs, **built)
+
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + extra
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command  # type: ignore[return-value]
+
+    return wrap
