@@ -101,8 +101,8 @@ def rollout(
 ) -> None:
     """Run N instances x K seeds per family through the Ray rollout pool and report success per family."""
     import tasks
-    from agents.pool import RolloutJob, RolloutPool
-    from agents.rollout import Limits
+    from agents.jobs import Limits, RolloutJob
+    from agents.pool import RolloutPool
     from agents.trajectory_table import write_trajectories
 
     if split not in ("train", "val", "test"):

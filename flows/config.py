@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import tasks
 from agents.records import ModelRole, ToolChoice
-from agents.rollout import Limits
+from agents.jobs import Limits
 from deploy.vllm_server import ServeSpec
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 import tasks
-from agents.pool import RolloutJob
+from agents.jobs import RolloutJob
 from agents.records import ModelRole
 from flows.config import EvalPair, RunConfig
 from flows.store import content_key

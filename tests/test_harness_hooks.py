@@ -77,7 +77,7 @@ async def test_at_turn_inject_and_stop():
     traj = await run_episode(role, h, env, seed=0)
     assert HOOK_PREFIX + "turn one" in _user_texts(script.seen[1])
     assert HOOK_PREFIX + "turn one" not in _user_texts(script.seen[0])
-    assert traj.stop_reason == "error" and "stopped by hook 't3': enough" in traj.error
+    assert traj.stop_reason == "harness_stop" and "stopped by hook 't3': enough" in traj.error
     assert len(traj.turns) == 3 and len(script.seen) == 3  # no model call at turn 3
     assert traj.verdict.failed_checks  # verified although not submitted
     assert any(t.component_id == "hook:t3" for t in traj.turns[-1].triggers)
@@ -114,7 +114,7 @@ async def test_context_size_fires_once_and_stop_action_leaves_env_untouched():
     traj = await run_episode(role, h, env, seed=0)
     assert sum(HOOK_PREFIX + "context is large" == t for t in _user_texts(script.seen[2])) == 1
     assert [t.turn for r in traj.turns for t in r.triggers if t.component_id == "hook:big"] == [1]
-    assert traj.stop_reason == "error" and "stopped by hook 'halt'" in traj.error
+    assert traj.stop_reason == "harness_stop" and "stopped by hook 'halt'" in traj.error
     assert env.calls == [("dump", 500), ("get_total", None)]  # neither add ran
     last_tools = [m for m in traj.messages if m["role"] == "tool"][-2:]
     assert [m["content"] for m in last_tools] == [NOT_RUN, NOT_RUN]  # the conversation stays well-formed

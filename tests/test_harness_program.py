@@ -11,7 +11,7 @@ import pytest
 import tasks
 from harness import EditError, Harness, PromptSection, ToolPolicy, apply_edits, baseline, diff, parse_edit, render
 from harness.baseline import BASELINE_DIR, generate_baseline
-from harness.context import ContextPolicy, truncate, windowed
+from harness.context import ContextCut, ContextPolicy, apply_cut, truncate, window_cut
 from harness.edits import AddHook, ExposeTool, HideTool, InsertSection, RemoveHook, RemoveSection, SetContextPolicy, SetSection, SetToolDescription, UpdateHook
 from harness.helpers import CalcError, calculate
 from harness.hooks import Hook
@@ -159,10 +159,14 @@ def test_window_keeps_task_and_last_turns():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
     for i in range(4):
         msgs += [{"role": "assistant", "content": f"a{i}"}, {"role": "tool", "tool_call_id": str(i), "content": f"r{i}"}]
-    view, dropped = windowed(msgs, ContextPolicy(keep_last_turns=2))
-    assert dropped == 2 and [m["content"] for m in view][:2] == ["s", "task"]
+    cut = window_cut(msgs, ContextPolicy(keep_last_turns=2))
+    assert cut == ContextCut(start=2, end=6, note="[harness] 2 earlier turn(s) are not shown to save context.")
+    view = apply_cut(msgs, cut)
+    assert [m["content"] for m in view][:3] == ["s", "task", cut.note]
     assert [m["content"] for m in view if m["role"] == "assistant"] == ["a2", "a3"]
-    assert windowed(msgs, ContextPolicy(keep_last_turns=10)) == (msgs, 0)
+    assert window_cut(msgs, ContextPolicy(keep_last_turns=10)) is None and apply_cut(msgs, None) == msgs
+    summarized = window_cut(msgs, ContextPolicy(keep_last_turns=3, summarize_with="self"), "did a0")
+    assert summarized == ContextCut(start=2, end=4, note="[harness] Summary of earlier turns:\ndid a0")
 
 
 def test_calculator_is_safe_and_exact():
