@@ -1,5 +1,6 @@
-"""The rollout runtime: limits and their stop reasons, prefix continuation, the oracle through run_episode
-on every installed family, and real tool-calling episodes against the tiny vLLM CPU server."""
+"""The rollout runtime: limits and their stop reasons, prefix continuation and its replay check (on every
+installed family, with the oracle), what each turn's model saw and its token ids, and real tool-calling
+episodes against the tiny vLLM CPU server."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import pytest
 
 import tasks
 from agents.client import ModelClient
+from agents.prefix import Prefix, ReplayDivergence, prefix_of
 from agents.records import STOP_REASONS, ModelRole
 from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
+from agents.trajectory_table import read_trajectories, write_trajectories
 from harness import Harness, Hook, PromptSection, baseline
 from harness.context import ContextPolicy
 from scripted_model import CounterEnv, Step, counter_env, scripted
-from tasks.records import Verdict
+from tasks.records import ToolResult, Verdict
 
 ROLE = Harness(sections=[PromptSection(id="role", kind="role", text="You add numbers.")])
 HEAVY_FAMILIES = {"website_admin", "browser_automation"}  # a browser per oracle call: tens of seconds each
@@ -100,25 +103,140 @@ async def test_prefix_continuation_replays_only_executed_calls():
     env2.close()
 
 
+async def test_reply_cut_by_the_token_limit_is_truncated_not_submitted():
+    role, _ = scripted([Step(text="The total is", finish="length")])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0, limits=Limits(max_tokens_per_turn=7))
+    assert traj.stop_reason == "truncated" and env.final_answer is None and "max_tokens_per_turn=7" in traj.error
+    assert traj.turns[0].finish_reason == "length" and traj.verdict.failed_checks == ["total", "answered"]
+    env.close()
+
+
+async def test_cut_reply_with_tool_calls_runs_them_and_goes_on():
+    role, _ = scripted([Step(calls=[("add", {"n": 5}), ("add", "{\"n\": ")], finish="length"), Step(text="5")])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0)
+    assert traj.stop_reason == "submitted" and traj.score == 1.0 and env.calls == [("add", 5)]
+    assert [t.finish_reason for t in traj.turns] == ["length", "stop"] and traj.turns[0].malformed_tool_calls == 1
+    env.close()
+
+
+def _on_the_wire(messages: list[dict]) -> list[dict]:
+    """LiteLLM leaves out keys whose value is None (an assistant tool-call message's `content`) when it sends."""
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
+WINDOWS = {
+    "full": (ContextPolicy(), False),
+    "window": (ContextPolicy(keep_last_turns=1, max_tool_result_chars=200), False),
+    "summary": (ContextPolicy(keep_last_turns=2, summarize_with="sum"), True),
+}
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+async def test_each_turns_view_and_token_ids_are_recoverable(window, tmp_path):
+    """`model_messages(i)` is exactly what the model was sent on turn i, and `token_ids()` gives back every
+    turn's exact prompt and completion ids after a write/read of the stored tables."""
+    policy, summarize = WINDOWS[window]
+    steps = [Step(calls=[("add", {"n": 1})]), Step(calls=[("dump", {"size": 600})]), Step(calls=[("add", {"n": 2})]),
+             Step(calls=[("get_total", {})]), Step(calls=[("add", {"n": 2})]), Step(text="5")]
+    role, script = scripted(steps, token_ids=True)
+    summarizer, _ = scripted([Step(text=f"summary {i}") for i in range(9)])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE.model_copy(update={"context": policy}), env, seed=0,
+                             summarizers={"sum": summarizer} if summarize else None)
+    env.close()
+    assert traj.stop_reason == "submitted" and traj.score == 1.0 and len(traj.turns) == 6
+    assert [_on_the_wire(traj.model_messages(i)) for i in range(6)] == script.seen
+    [back] = read_trajectories(write_trajectories(tmp_path / "t.parquet", [traj]))
+    assert back == traj and back.token_ids() == script.sent_ids
+    assert [_on_the_wire(back.model_messages(i)) for i in range(6)] == script.seen
+    full = [len(p) + len(c) for p, c in script.sent_ids]  # each turn's prompt + completion
+    reused = [t.prompt_ids_reused for t in traj.turns]
+    if window == "full":  # every prompt extends the last prompt + completion: only the appended ids are stored
+        assert reused == [0, *full[:-1]] and all(t.context_cut is None for t in traj.turns)
+    else:  # the window rewrote some prompts: those store more than the appended ids
+        assert any(r < f for r, f in zip(reused[1:], full[:-1], strict=True))
+        assert any(t.context_cut is not None for t in traj.turns)
+    assert sum(len(t.prompt_ids_added) for t in traj.turns) < sum(len(p) for p, _ in script.sent_ids)
+
+
+async def test_prefix_of_a_trajectory_keeps_its_records_and_catches_a_tampered_result():
+    steps = [Step(calls=[("add", {"n": 1})]), Step(calls=[("get_total", {})]), Step(calls=[("add", {"n": 4})]), Step(text="5")]
+    role, _ = scripted(steps, token_ids=True)
+    env = counter_env(5)
+    first = await run_episode(role, ROLE, env, seed=0)
+    env.close()
+    p = prefix_of(first, 2)
+    assert [m["role"] for m in p.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    role2, script2 = scripted([Step(calls=[("add", {"n": 4})]), Step(text="5")], token_ids=True)
+    env2 = counter_env(5)
+    second = await run_episode(role2, ROLE, env2, seed=0, prefix=p, on_divergence="raise")
+    assert second.stop_reason == "submitted" and second.score == 1.0 and second.prefix_turns == 2
+    assert second.turns[:2] == first.turns[:2] and second.token_ids()[:2] == first.token_ids()[:2]
+    assert second.token_ids()[2:] == script2.sent_ids and second.turns[2].prompt_ids_reused > 0
+    assert second.id != first.id and second.id != (await _continue(p.then(first.messages[6])))[0].id
+    tampered = [t.model_copy(deep=True) for t in p.turns]
+    tampered[1].tool_results[0] = ToolResult(content="7")
+    with pytest.raises(ReplayDivergence) as e:
+        await run_episode(role2, ROLE, counter_env(5), seed=0, prefix=p.model_copy(update={"turns": tampered}),
+                          on_divergence="raise")
+    assert e.value.turn == 1 and (e.value.recorded, e.value.replayed) == ("7", "1")
+    assert "replay diverged at turn 1: get_total({}) recorded '7', replayed '1'" == str(e.value)
+    # as messages only (no records): the tool message the model saw is what the replay is compared with
+    msgs = [dict(m) for m in p.messages]
+    msgs[5]["content"] = "7"
+    recorded, env3 = await _continue(Prefix(messages=msgs))
+    assert recorded.stop_reason == "replay_divergence" and recorded.score == 0.0 and "turn 1" in recorded.error
+    assert recorded.verdict.failed_checks == ["replay_divergence"] and recorded.messages[:6] == msgs and not recorded.turns
+    assert env3.calls == [("add", 1), ("get_total", None)]  # replayed, then nothing ran
+
+
+async def _continue(prefix: Prefix):
+    role, _ = scripted([Step(text="5")])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0, prefix=prefix)
+    env.close()
+    return traj, env
+
+
 def _oracle_sample(family: str):
     fam = tasks.get(family)
     val = fam.instances("val")
     return next((i for i in val if i.difficulty == fam.difficulties[-1]), val[0])
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in HEAVY_FAMILIES else f
-                                    for f in tasks.families()])
-async def test_oracle_provider_through_run_episode_scores_one(family):
-    inst = _oracle_sample(family)
+async def _oracle_run(family: str, inst, **kw):
     env = tasks.make_env(inst)
     try:
-        traj = await run_episode(ModelRole(model=f"oracle/{family}"), baseline(family), env, seed=0,
-                                 limits=Limits(max_turns=80))
+        return await run_episode(ModelRole(model=f"oracle/{family}"), baseline(family), env, seed=0,
+                                 limits=Limits(max_turns=80), **kw)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in HEAVY_FAMILIES else f
+                                    for f in tasks.families()])
+async def test_oracle_through_run_episode_scores_one_and_its_prefix_replays_exactly(family):
+    """The oracle solves a hard instance; continuing from the middle of its trajectory replays every earlier
+    tool result exactly (after the family's normalisation) and solves it again; a tampered recorded result
+    raises ReplayDivergence naming its turn."""
+    inst = _oracle_sample(family)
+    traj = await _oracle_run(family, inst)
     assert traj.stop_reason == "submitted", traj.error
     assert traj.score == 1.0, traj.verdict.feedback
     assert all(t.malformed_tool_calls == 0 for t in traj.turns)
+    mid = len(traj.turns) // 2
+    p = prefix_of(traj, mid)
+    cont = await _oracle_run(family, inst, prefix=p, on_divergence="raise")
+    assert cont.stop_reason == "submitted" and cont.score == 1.0, (cont.error, cont.verdict.feedback)
+    assert cont.prefix_turns == mid and cont.turns[:mid] == traj.turns[:mid]
+    k = max(i for i in range(mid) if traj.turns[i].tool_results)
+    tampered = [t.model_copy(deep=True) for t in p.turns]
+    tampered[k].tool_results[0] = ToolResult(content=tampered[k].tool_results[0].content + " (tampered)")
+    with pytest.raises(ReplayDivergence) as e:
+        await _oracle_run(family, inst, prefix=p.model_copy(update={"turns": tampered}), on_divergence="raise")
+    assert e.value.turn == k and e.value.recorded.endswith(" (tampered)") and f"at turn {k}:" in str(e.value)
 
 
 @pytest.mark.vllm
@@ -205,4 +323,5 @@ async def test_model_error_on_a_closed_port():
     env.close()
     assert traj.stop_reason == "model_error" and "Connect" in traj.error
     assert traj.verdict.failed_checks == ["total", "answered"]
-    assert set(STOP_REASONS) >= {"submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "model_error", "error"}
+    assert set(STOP_REASONS) >= {"submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "harness_stop",
+                                 "truncated", "replay_divergence", "model_error", "error"}
