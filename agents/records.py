@@ -150,6 +150,9 @@ class TurnRecord(BaseModel):
         default=0, ge=0, description="Leading prompt ids equal to the previous turn's prompt + completion ids (not stored).")
     prompt_ids_added: list[int] | None = Field(
         default=None, description="The prompt ids after the reused ones (all of them when none are reused); None: no ids.")
+    prompt_ids_copy: list[int] | None = Field(
+        default=None, description="[at, start, length]: previous prompt + completion ids [start:start+length], "
+                                  "inserted at `at` into the added ids (a context window keeping later turns).")
     completion_token_ids: list[int] | None = None
     logprobs: list[float] | None = Field(default=None, description="The sampled tokens' logprobs (None: provider has none).")
     context_messages: int | None = Field(

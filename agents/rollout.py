@@ -138,13 +138,14 @@ class _Runner:
         cost = resp.cost_usd + self.s.pending_cost
         self.s.pending_cost = 0.0
         self.s.cost += cost
-        reused, added = 0, None
+        reused, added, copy = 0, None, None
         if resp.prompt_token_ids is not None:
-            reused, added = encode_prompt(self.s.last_ids, resp.prompt_token_ids)
+            reused, added, copy = encode_prompt(self.s.last_ids, resp.prompt_token_ids)
         self.s.last_ids = next_base(resp.prompt_token_ids, resp.completion_token_ids)
         rec = TurnRecord(index=turn, assistant=resp.message, tool_calls=resp.tool_calls, triggers=triggers,
                          latency_s=resp.latency_s, prompt_tokens=resp.prompt_tokens, completion_tokens=resp.completion_tokens,
                          cost_usd=cost, finish_reason=resp.finish_reason, prompt_ids_reused=reused, prompt_ids_added=added,
+                         prompt_ids_copy=copy,
                          completion_token_ids=resp.completion_token_ids, logprobs=resp.logprobs,
                          context_messages=n_context, context_cut=cut)
         self.s.turns.append(rec)

@@ -22,7 +22,7 @@ def from_v1(record_json: str) -> Trajectory:
     for turn in data.get("turns", []):
         prompt = turn.pop("prompt_token_ids", None)
         if prompt is not None:
-            turn["prompt_ids_reused"], turn["prompt_ids_added"] = encode_prompt(base, prompt)
+            turn["prompt_ids_reused"], turn["prompt_ids_added"], turn["prompt_ids_copy"] = encode_prompt(base, prompt)
         base = next_base(prompt, turn.get("completion_token_ids"))
     if data.get("stop_reason") == "error" and str(data.get("error", "")).startswith(HOOK_STOP_V1):
         data["stop_reason"] = "harness_stop"

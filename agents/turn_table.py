@@ -48,6 +48,7 @@ TURN_SCHEMA: dict[str, pl.DataType] = {
     "tool_results": pl.List(TOOL_RESULT),
     "prompt_ids_reused": pl.Int32(),
     "prompt_ids_added": pl.List(pl.Int32()),
+    "prompt_ids_copy": pl.List(pl.Int32()),
     "completion_token_ids": pl.List(pl.Int32()),
     "logprobs": pl.List(pl.Float64()),
     "context_messages": pl.Int32(),
@@ -60,6 +61,7 @@ STORED_FIELDS = {
     "malformed_tool_calls": "malformed_tool_calls", "triggers": "triggers", "latency_s": "latency_s",
     "prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens", "cost_usd": "cost_usd",
     "finish_reason": "finish_reason", "prompt_ids_reused": "prompt_ids_reused", "prompt_ids_added": "prompt_ids_added",
+    "prompt_ids_copy": "prompt_ids_copy",
     "completion_token_ids": "completion_token_ids", "logprobs": "logprobs", "context_messages": "context_messages",
     "context_cut": "context_cut",
 }
@@ -77,7 +79,7 @@ def turn_row(traj: Trajectory, t: TurnRecord, version: int) -> dict[str, Any]:
                         else json.dumps(c.arguments, ensure_ascii=False), "raw": isinstance(c.arguments, str)}
                        for c in t.tool_calls],
         "tool_results": [r.model_dump() for r in t.tool_results],
-        "prompt_ids_reused": t.prompt_ids_reused, "prompt_ids_added": t.prompt_ids_added,
+        "prompt_ids_reused": t.prompt_ids_reused, "prompt_ids_added": t.prompt_ids_added, "prompt_ids_copy": t.prompt_ids_copy,
         "completion_token_ids": t.completion_token_ids, "logprobs": t.logprobs,
         "context_messages": t.context_messages,
         "context_cut": t.context_cut.model_dump() if t.context_cut else None,
@@ -99,7 +101,7 @@ def turn_from_row(r: dict[str, Any]) -> TurnRecord:
         malformed_tool_calls=r["malformed_tool_calls"], triggers=[TriggerRecord(**x) for x in r["triggers"]],
         latency_s=r["latency_s"], prompt_tokens=r["prompt_tokens"], completion_tokens=r["completion_tokens"],
         cost_usd=r["cost_usd"], finish_reason=r["finish_reason"], prompt_ids_reused=r["prompt_ids_reused"],
-        prompt_ids_added=r["prompt_ids_added"], completion_token_ids=r["completion_token_ids"], logprobs=r["logprobs"],
+        prompt_ids_added=r["prompt_ids_added"], prompt_ids_copy=r["prompt_ids_copy"], completion_token_ids=r["completion_token_ids"], logprobs=r["logprobs"],
         context_messages=r["context_messages"],
         context_cut=ContextCut(**r["context_cut"]) if r["context_cut"] is not None else None,
     )

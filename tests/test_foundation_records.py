@@ -24,7 +24,7 @@ INSTANCE = TaskInstance(id="demo/3", family="demo", index=3, split="train", inst
 
 def _turn(i: int, prompt: list[int] | None, base: list[int], **kw) -> TurnRecord:
     """A turn with the given full prompt ids, stored by delta against `base` (previous prompt + completion)."""
-    reused, added = (0, None) if prompt is None else encode_prompt(base, prompt)
+    reused, added, copy = (0, None, None) if prompt is None else encode_prompt(base, prompt)
     call = ToolCall(id=f"c{i}", name="lookup", arguments={"q": "x", "n": 1.5} if i % 2 == 0 else '{"q": ')
     return TurnRecord(
         index=i, assistant={"role": "assistant", "content": None, "tool_calls": [
@@ -32,7 +32,7 @@ def _turn(i: int, prompt: list[int] | None, base: list[int], **kw) -> TurnRecord
         tool_calls=[call], tool_results=[ToolResult(content=f"found {i} ü", is_error=i % 2 == 1)],
         malformed_tool_calls=i % 2, triggers=[TriggerRecord(component_id="hook:retry", turn=i, kind="hook", detail="d")],
         latency_s=0.25, prompt_tokens=len(prompt or []), completion_tokens=2, cost_usd=0.001, finish_reason="tool_calls",
-        prompt_ids_reused=reused, prompt_ids_added=added, **kw)
+        prompt_ids_reused=reused, prompt_ids_added=added, prompt_ids_copy=copy, **kw)
 
 
 def _trajectory(seed: int, score: float = 1.0, prompts: list[list[int] | None] | None = None) -> Trajectory:
@@ -45,7 +45,7 @@ def _trajectory(seed: int, score: float = 1.0, prompts: list[list[int] | None] |
                            logprobs=None if prompt is None else [-0.125, -2.5e-07],
                            context_messages=len(messages), context_cut=ContextCut(start=1, end=2, note="n") if i == 2 else None))
         base = next_base(prompt, completion)
-        messages += [turns[-1].assistant, {"role": "tool", "tool_call_id": f"c{i}", "content": f"found {i} ü"}]
+        messages += [turns[-1].assistant, {"role": "tool", "tool_call_id": f"c{i}", "name": "lookup", "content": f"found {i} ü"}]
     return Trajectory(
         instance=INSTANCE, harness_id="h0", model_id="hosted_vllm/tiny", seed=seed, messages=messages,
         tools=[{"type": "function", "function": {"name": "lookup", "parameters": {}}}], turns=turns,
@@ -60,11 +60,17 @@ def test_parquet_round_trip_is_lossless(tmp_path):
     assert turns_path(path).exists() and not list(tmp_path.glob("*.tmp"))
     back = read_trajectories(path)
     assert back == trajs and back[1].injected_faults and back[1].view().injected_faults == []
-    frame = read_frame(tmp_path)  # a directory: the turn tables beside are not trajectory files
+    frame = read_frame(path)
     assert dict(frame.schema) == TRAJECTORY_SCHEMA and frame.height == 3
+    assert read_frame(tmp_path).height == 3  # a directory: the turn tables beside are not trajectory files
     assert frame["passed"].to_list() == [True, False, True]
     assert frame["n_malformed_tool_calls"].to_list() == [1, 1, 0]
     assert frame["schema_version"].to_list() == [2, 2, 2]
+    # messages do not repeat the turn table: replies and recorded tool results are references
+    packed = json.loads(frame["messages_json"][0])
+    assert packed[1:3] == [{"$ref": "assistant"}, {"$ref": "tool", "id": "c0"}] and frame["messages_packed"].all()
+    odd = trajs[0].model_copy(update={"messages": [*trajs[0].messages, {"role": "user", "content": "x", "$ref": 1}]})
+    assert read_trajectories(write_trajectories(tmp_path / "odd.parquet", [odd])) == [odd]
 
 
 def test_turn_table_is_queryable_without_json(tmp_path):
@@ -99,6 +105,24 @@ def test_prompt_ids_by_delta_round_trip_with_and_without_rewrites(tmp_path):
     rew = _trajectory(0, prompts=rewritten)
     assert [(t.prompt_ids_reused, t.prompt_ids_added) for t in rew.turns] == [
         (0, [1, 2, 3]), (2, [99, 7]), (0, None), (0, [5, 6]), (4, [1])]
+
+
+def test_a_window_that_keeps_later_turns_is_stored_as_one_copied_run(tmp_path):
+    """Prompts of a keep-last-2 window: head + note + the last two turns. Each prompt drops the oldest turn of the
+    previous one, so the kept turns are one run of the previous prompt + completion; only the head's new note
+    and the new turn are stored."""
+    import random
+
+    rng = random.Random(0)
+    head = [rng.randrange(1000) for _ in range(300)]
+    turns_ids = [[rng.randrange(1000) for _ in range(150)] for _ in range(8)]  # each turn as the template renders it
+    prompts = [head + [900 + i] + [x for t in turns_ids[max(0, i - 2):i] for x in t] for i in range(8)]
+    traj = _trajectory(0, prompts=prompts)
+    assert [back for back in read_trajectories(write_trajectories(tmp_path / "w.parquet", [traj]))][0].token_ids() == \
+        traj.token_ids() and [p for p, _ in traj.token_ids()] == prompts
+    copied = [t.prompt_ids_copy for t in traj.turns]
+    assert all(c is not None and c[2] >= 150 for c in copied[3:])  # from turn 3 on, a whole kept turn is copied
+    assert sum(len(t.prompt_ids_added) for t in traj.turns) < sum(map(len, prompts)) / 3
 
 
 def test_schema_version_1_is_converted_and_unknown_versions_fail_in_one_line(tmp_path):

@@ -65,6 +65,8 @@ def _assert_complete(jobs: list[RolloutJob], trajs: list) -> None:
         assert t.stop_reason != "error", t.error
         assert t.turns, f"{t.instance.id}: no model turn ran ({t.stop_reason}: {t.error})"
         assert t.turns[0].completion_tokens > 0
+        # 8-token text replies: a reply cut by the limit ends the episode as truncated, never as an answer
+        assert (t.stop_reason == "truncated") == (t.turns[-1].finish_reason == "length"), (t.stop_reason, t.turns[-1])
         assert t.model_id == jobs[0].model.id
 
 

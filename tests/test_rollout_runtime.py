@@ -14,7 +14,7 @@ from agents.prefix import Prefix, ReplayDivergence, prefix_of
 from agents.records import STOP_REASONS, ModelRole
 from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
 from agents.trajectory_table import read_trajectories, write_trajectories
-from harness import Harness, Hook, PromptSection, baseline
+from harness import Harness, Hook, PromptSection, ToolPolicy, baseline
 from harness.context import ContextPolicy
 from scripted_model import CounterEnv, Step, counter_env, scripted
 from tasks.records import ToolResult, Verdict
@@ -25,13 +25,12 @@ HEAVY_FAMILIES = {"website_admin", "browser_automation"}  # a browser per oracle
 
 def _tiny(api_base: str, **kw) -> ModelRole:
     # temperature 1: at 0 the random tiny model repeats one unfinished call; sampled, it emits parsed calls
-    return ModelRole(model="hosted_vllm/tiny", api_base=api_base, temperature=1.0, retries=0, **kw)
+    return ModelRole(model="hosted_vllm/tiny", api_base=api_base, retries=0, **{"temperature": 1.0, **kw})
 
 
-# the random model often stops without a parsed call (a truncated "<tool_call>..." text): refusing every
-# finish keeps it working, so vLLM episodes end by the limit under test
-NEVER_FINISH = Hook.model_validate({"id": "never-finish", "when": {"on": "on_finish"},
-                                    "then": {"do": "require", "tool": "no_such_tool", "message": "keep going"}})
+# The random tiny model's free replies are cut by the token limit (now `truncated`, which ends the episode);
+# a named tool choice with strict schemas makes every turn a valid call, so episodes run to the limit under test.
+LIST_SHEETS = {"type": "function", "function": {"name": "list_sheets"}}
 
 
 def _closed_port() -> int:
@@ -240,34 +239,60 @@ async def test_oracle_through_run_episode_scores_one_and_its_prefix_replays_exac
 
 
 @pytest.mark.vllm
-async def test_real_tool_calling_episode_on_vllm(vllm_server):
-    family = tasks.families()[0]
-    inst = tasks.instances(family, "train")[0]
+async def test_real_tool_calling_episode_on_vllm(vllm_server, tiny_model_dir):
+    inst = tasks.instances("stock_alert", "train")[0]
     env = tasks.make_env(inst)
-    h = baseline(family).model_copy(update={
+    h = baseline("stock_alert").model_copy(update={
         "context": ContextPolicy(max_tool_result_chars=400, keep_last_turns=2),
-        "hooks": [Hook.model_validate({"id": "every", "when": {"on": "before_tool_call"}, "then": {"do": "inject", "message": "careful"}}),
-                  NEVER_FINISH],
+        "hooks": [Hook.model_validate({"id": "every", "when": {"on": "before_tool_call"}, "then": {"do": "inject", "message": "careful"}})],
     })
-    traj = await run_episode(_tiny(vllm_server), h, env, seed=3, tool_choice="required",
+    traj = await run_episode(_tiny(vllm_server, strict_tools=True), h, env, seed=3, tool_choice=LIST_SHEETS,
                              limits=Limits(max_turns=6, max_tokens_per_turn=96))
     env.close()
     assert traj.stop_reason == "max_turns", traj.error
     assert len(traj.turns) == 6 and traj.model_id == f"hosted_vllm/tiny@{vllm_server}"
-    calls = sum(len(t.tool_calls) for t in traj.turns)
-    assert calls >= 1  # guided decoding makes the random model call tools
-    for t in traj.turns:
+    ids = traj.token_ids()
+    for t, turn_ids in zip(traj.turns, ids, strict=True):
         assert t.prompt_tokens > 0 and t.completion_tokens > 0 and t.latency_s > 0
-        assert t.prompt_token_ids and t.completion_token_ids
-        assert len(t.tool_results) == len(t.tool_calls)
+        assert turn_ids is not None and turn_ids[0] and turn_ids[1] and t.finish_reason in ("stop", "tool_calls")
+        assert [(c.name, c.arguments) for c in t.tool_calls] == [("list_sheets", {})] and len(t.tool_results) == 1
     # every tool call has exactly one tool answer: the conversation is valid to send again
     asked = [c["id"] for m in traj.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
     answered = [m["tool_call_id"] for m in traj.messages if m["role"] == "tool"]
     assert sorted(asked) == sorted(answered)
     fired = {tr.component_id for t in traj.turns for tr in t.triggers}
     assert "hook:every" in fired
-    # each turn either called tools or had its finish refused
-    assert all(t.tool_calls or any(tr.component_id == "hook:never-finish" for tr in t.triggers) for t in traj.turns)
+    _assert_views_and_ids_match_the_template(traj, tiny_model_dir)
+
+
+@pytest.mark.vllm
+async def test_reply_cut_by_the_token_limit_on_vllm_is_truncated(vllm_server):
+    h0 = baseline("stock_alert")
+    h = h0.model_copy(update={"tools": ToolPolicy(hidden=sorted(h0.tools.descriptions))})  # a short text-only prompt
+    env = tasks.make_env(tasks.instances("stock_alert", "val")[0])
+    traj = await run_episode(_tiny(vllm_server, temperature=0.0), h, env, seed=0, limits=Limits(max_tokens_per_turn=4))
+    env.close()
+    assert traj.stop_reason == "truncated", (traj.stop_reason, traj.messages[-1])
+    assert len(traj.turns) == 1 and traj.turns[0].finish_reason == "length" and traj.turns[0].completion_tokens == 4
+    assert env.final_answer is None and not traj.passed
+
+
+def _assert_views_and_ids_match_the_template(traj, model_dir) -> None:
+    """Each turn's rebuilt view, rendered with the model's chat template, is exactly the prompt vLLM tokenized
+    (the ids reconstructed from the deltas), and the window made the stored ids smaller than the prompts."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    # the tools as vLLM hands them to the template: with the `strict: true` the client sent (strict_tools)
+    tools = [{"type": "function", "function": {**t["function"], "strict": True}} for t in traj.tools]
+    ids = traj.token_ids()
+    for i, turn in enumerate(traj.turns):
+        prompt, completion = ids[i]
+        assert len(prompt) == turn.prompt_tokens and len(completion) == turn.completion_tokens
+        text = tok.apply_chat_template(traj.model_messages(i), tools=tools, add_generation_prompt=True, tokenize=False)
+        assert tok.encode(text, add_special_tokens=False) == prompt, f"turn {i}"
+    assert any(t.context_cut is not None for t in traj.turns)
+    assert sum(len(t.prompt_ids_added) for t in traj.turns) < sum(len(p) for p, _ in ids)
 
 
 @pytest.mark.vllm
@@ -296,13 +321,12 @@ async def test_strict_tools_make_the_tiny_models_calls_valid_and_run(vllm_server
 
 @pytest.mark.vllm
 async def test_cost_cap_on_vllm(vllm_server):
-    env = tasks.make_env(tasks.instances(tasks.families()[0], "train")[0])
-    role = _tiny(vllm_server, input_cost_per_token=0.01, output_cost_per_token=0.01)
-    h = baseline(env.instance.family).model_copy(update={"hooks": [NEVER_FINISH]})
-    traj = await run_episode(role, h, env, seed=0, tool_choice="required",
-                             limits=Limits(cost_usd=1.0, max_tokens_per_turn=16))
+    env = tasks.make_env(tasks.instances("stock_alert", "train")[0])
+    role = _tiny(vllm_server, strict_tools=True, input_cost_per_token=0.01, output_cost_per_token=0.01)
+    traj = await run_episode(role, baseline("stock_alert"), env, seed=1, tool_choice=LIST_SHEETS,
+                             limits=Limits(cost_usd=1.0, max_tokens_per_turn=64))
     env.close()
-    assert traj.stop_reason == "cost_cap" and len(traj.turns) == 1
+    assert traj.stop_reason == "cost_cap" and len(traj.turns) == 1, (traj.stop_reason, traj.error)
     assert traj.cost_usd == pytest.approx(0.01 * (traj.turns[0].prompt_tokens + traj.turns[0].completion_tokens))
 
 
