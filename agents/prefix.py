@@ -105,9 +105,12 @@ class _Answered:
     recorded: ToolResult | None  # the full result, when the prefix carries the turn's record
 
 
-def _segments(msgs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[ToolCall], dict[str, str]]]:
+Segment = tuple[dict[str, Any], list[ToolCall], dict[str, str]]
+
+
+def _segments(msgs: list[dict[str, Any]]) -> list[Segment]:
     """Per assistant message: (message, its parsed calls, call id -> content of the tool messages after it)."""
-    out: list[tuple[dict[str, Any], list[ToolCall], dict[str, str]]] = []
+    out: list[Segment] = []
     for m in msgs:
         if m.get("role") == "assistant":
             out.append((m, parse_tool_calls(m.get("tool_calls")), {}))
@@ -116,8 +119,8 @@ def _segments(msgs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[Too
     return out
 
 
-def _answered(segments: list, turns: list[TurnRecord]) -> list[_Answered]:
-    out = []
+def _answered(segments: list[Segment], turns: list[TurnRecord]) -> list[_Answered]:
+    out: list[_Answered] = []
     for turn, (_, calls, answers) in enumerate(segments):
         rec = turns[turn] if turn < len(turns) else None
         recorded = dict(zip([c.id for c in rec.tool_calls], rec.tool_results, strict=False)) if rec else {}
@@ -150,7 +153,7 @@ async def _replay(state: EpisodeState, env: Environment, rendered: Rendered, ans
     return results
 
 
-def verify_replay(answered: list[_Answered], results: dict[int, ToolResult], policy: ContextPolicy,
+def _verify_replay(answered: list[_Answered], results: dict[int, ToolResult], policy: ContextPolicy,
                   normalize: Callable[[str, str], str]) -> None:
     """Raise `ReplayDivergence` at the first replayed result that differs from its recorded one."""
     for k, a in enumerate(answered):
@@ -165,11 +168,11 @@ def verify_replay(answered: list[_Answered], results: dict[int, ToolResult], pol
             raise ReplayDivergence(a.turn, a.call, want, got)
 
 
-def _records(segments: list, answered: list[_Answered], results: dict[int, ToolResult], turns: list[TurnRecord]) -> list[TurnRecord]:
+def _records(segments: list[Segment], answered: list[_Answered], results: dict[int, ToolResult], turns: list[TurnRecord]) -> list[TurnRecord]:
     by_call = {(a.turn, a.call.id): results.get(k) or a.recorded or
                ToolResult(content=a.shown, is_error=a.shown.startswith(("Error", "[harness]")))
                for k, a in enumerate(answered)}
-    out = []
+    out: list[TurnRecord] = []
     for turn, (m, calls, _) in enumerate(segments):
         if turn < len(turns):
             out.append(turns[turn].model_copy(deep=True))
@@ -196,7 +199,7 @@ async def restore_prefix(state: EpisodeState, env: Environment, rendered: Render
         raise ValueError(f"prefix has {len(p.turns)} turn records but {len(segments)} assistant messages")
     answered = _answered(segments, p.turns)
     results = await _replay(state, env, rendered, answered)
-    verify_replay(answered, results, policy, result_normalizer(env.instance.family))
+    _verify_replay(answered, results, policy, result_normalizer(env.instance.family))
     state.turns = _records(segments, answered, results, p.turns)
     state.prefix_turns = len(state.turns)
     state.injected = list(p.injected_faults)
