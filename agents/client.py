@@ -24,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetc
 import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.records import InjectedFault, ModelRole, ToolChoice
+from agents.records import InjectedFault, ModelRole, ToolChoice, parse_tool_calls
 from tasks.records import ToolCall
 
 log = logging.getLogger(__name__)
@@ -68,25 +68,6 @@ class ModelResponse(BaseModel):
     @property
     def content(self) -> str:
         return self.message.get("content") or ""
-
-
-def parse_tool_calls(raw_calls: list[dict[str, Any]] | None) -> list[ToolCall]:
-    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object."""
-    out = []
-    for i, tc in enumerate(raw_calls or []):
-        fn = tc.get("function") or {}
-        args_raw = fn.get("arguments")
-        args: dict[str, Any] | str
-        if isinstance(args_raw, dict):
-            args = args_raw
-        else:
-            try:
-                parsed = json.loads(args_raw) if args_raw else {}
-                args = parsed if isinstance(parsed, dict) else str(args_raw)
-            except (json.JSONDecodeError, TypeError):
-                args = str(args_raw)
-        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""), arguments=args))
-    return out
 
 
 def _ensure_custom_providers() -> None:

@@ -27,6 +27,7 @@ import litellm
 from litellm import CustomLLM
 
 import tasks
+from agents.records import parse_tool_calls
 from tasks.base import Environment
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 
@@ -55,8 +56,6 @@ def find_instance(family: str, messages: list[dict[str, Any]]) -> TaskInstance:
 
 
 def tool_calls_in(messages: list[dict[str, Any]]) -> list[ToolCall]:
-    from agents.client import parse_tool_calls
-
     calls: list[ToolCall] = []
     for m in messages:
         if m.get("role") == "assistant":

@@ -1,5 +1,6 @@
 """Parallel rollouts on a pool of Ray actors.
 
+    from agents.jobs import RolloutJob
     jobs = [RolloutJob(instance=i, harness=h, model=role, seed=s) for i in insts for s in range(3)]
     with RolloutPool(n_actors=2) as pool:
         for traj in pool.stream(jobs): ...          # as they finish
@@ -15,6 +16,8 @@ Contract:
   `max_attempts` times without an answer becomes a `stop_reason="error"` trajectory with the last error
   text (score 0). A failure inside an episode is the episode's result, never retried.
 - Trajectories come back through Ray object refs to the driver; actors share no state.
+
+`RolloutJob` and `Limits` live in `agents.jobs` (re-exported here).
 """
 
 from __future__ import annotations
@@ -29,11 +32,9 @@ import ray
 import ray.exceptions
 from pydantic import BaseModel, ConfigDict
 
+from agents.jobs import Limits, RolloutJob
 from agents.pool_actor import JobTiming, RolloutActor, error_trajectory
-from agents.records import ModelRole, ToolChoice, Trajectory, trajectory_key
-from agents.rollout import Limits
-from harness import Harness
-from tasks.records import TaskInstance
+from agents.records import Trajectory
 
 # For a Ray this process starts: workers at the default priority, not Ray's nice 15. Rollout actors only
 # relay between model servers and environments; niced behind a busy co-located vLLM they wait for the CPU
@@ -41,24 +42,6 @@ from tasks.records import TaskInstance
 LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"worker_niceness": 0}
 ACTOR_MAX_CONCURRENCY = 1024  # the driver enforces the real limits; this only has to stay out of the way
 _WAIT_S = 1.0  # how long one ray.wait blocks; short so a consumer breaking out is noticed promptly
-
-
-class RolloutJob(BaseModel):
-    """One episode to run: serialisable (no handles), so it travels to any actor on any node."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    instance: TaskInstance
-    harness: Harness
-    model: ModelRole
-    seed: int
-    limits: Limits = Limits()
-    tag: str = "rollout"
-    tool_choice: ToolChoice | None = None
-
-    @property
-    def key(self) -> str:
-        return trajectory_key(self.instance.id, self.harness.id, self.model.id, self.seed, self.tag)
 
 
 class PoolStats(BaseModel):
@@ -295,3 +278,6 @@ class RolloutPool:
         self.stats.gave_up += 1
         summary = f"gave up after {flight.attempt} attempts; last error: {error}"
         return error_trajectory(flight.job, summary)
+
+
+__all__ = ["LOCAL_RAY_SYSTEM_CONFIG", "ActorLoad", "Limits", "PoolStats", "RolloutJob", "RolloutPool"]

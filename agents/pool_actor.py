@@ -15,16 +15,14 @@ import logging
 import os
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.jobs import RolloutJob
 from agents.records import Trajectory
+from tasks.base import Environment
 from tasks.records import Verdict
-
-if TYPE_CHECKING:
-    from agents.pool import RolloutJob
-    from tasks.base import Environment
 
 # Environment methods whose time counts as "the tool's" (not the pool's) in the overhead figure.
 _ENV_TIMED = ("reset", "call", "submit", "verify", "replay")
@@ -152,7 +150,8 @@ async def execute_job(job: RolloutJob, api_base: str | None) -> tuple[Trajectory
     try:
         env = timer.timed(tasks.make_env, job.instance)
         timer.instrument(env)
-        traj = await run_episode(role, job.harness, env, job.seed, job.limits, tag=job.tag, tool_choice=job.tool_choice)
+        traj = await run_episode(role, job.harness, env, job.seed, job.limits, tag=job.tag, tool_choice=job.tool_choice,
+                                 prefix=job.prefix, on_divergence="record")
     except Exception as e:  # one job's failure is scored 0, never a crash of the actor
         traj = error_trajectory(job, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
     finally:
@@ -216,8 +215,6 @@ class RolloutActor:
         return time.process_time()
 
     async def run(self, job_json: str, api_base: str | None) -> tuple[str, str]:
-        from agents.pool import RolloutJob
-
         t0 = time.perf_counter()
         job = RolloutJob.model_validate_json(job_json)
         traj, timing = await execute_job(job, api_base)

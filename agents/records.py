@@ -1,4 +1,10 @@
-"""Records the agents package owns: model roles, per-turn records and trajectories."""
+"""Records the agents package owns: model roles, per-turn records, trajectories, and the stop reasons.
+
+Token ids: a turn stores its prompt ids by delta (see `agents.token_ids`); read them back with
+`Trajectory.token_ids()` (every turn's exact prompt and completion ids, one pass) or
+`Trajectory.prompt_token_ids(i)`. The exact messages the model was sent on turn i are
+`Trajectory.model_messages(i)` (the context policy's cut is stored per turn).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,51 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.token_ids import turn_token_ids
+from harness.context import ContextCut, apply_cut
 from tasks.records import TaskInstance, ToolCall, ToolResult, Verdict
 
 ToolChoice = str | dict[str, Any]  # 'auto' | 'required' | 'none', or {"type": "function", "function": {"name": ...}}
-StopReason = Literal["submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "model_error", "error"]
+
+# --- stop reasons: the one list (docs/rollout.md repeats it) ----------------------------------------
+StopReason = Literal["submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "harness_stop", "truncated",
+                     "replay_divergence", "model_error", "error"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
+STOP_REASON_MEANINGS: dict[str, str] = {
+    "submitted": "The model answered without a tool call, no on_finish hook refused, and the text went to "
+                 "env.submit as the final answer.",
+    "max_turns": "Limits.max_turns assistant turns ran (a prefix's turns count).",
+    "timeout": "The episode passed Limits.wall_s seconds (model calls and tools included).",
+    "cost_cap": "The episode's model cost (summarizer included) reached Limits.cost_usd; checked before each call.",
+    "context_overflow": "The server refused the prompt as longer than its context window.",
+    "harness_stop": "A hook's `stop` action ended the episode; error = \"stopped by hook '<id>': <message>\".",
+    "truncated": "The model's reply was cut by the token limit (finish_reason 'length') and had no tool call: "
+                 "it is recorded, not submitted. A cut reply with tool calls runs them and goes on.",
+    "replay_divergence": "Continuing a prefix, a replayed tool result differed from the recorded one "
+                         "(run_episode(on_divergence='record')); nothing was generated, score 0, the error names "
+                         "the turn and both results.",
+    "model_error": "The model call failed after the client's retries (connection refused, 5xx, a bad request).",
+    "error": "Anything else: the environment or the runtime raised, or the pool gave up on the job; text in error.",
+}
+
+
+def parse_tool_calls(raw_calls: list[dict[str, Any]] | None) -> list[ToolCall]:
+    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object."""
+    out = []
+    for i, tc in enumerate(raw_calls or []):
+        fn = tc.get("function") or {}
+        args_raw = fn.get("arguments")
+        args: dict[str, Any] | str
+        if isinstance(args_raw, dict):
+            args = args_raw
+        else:
+            try:
+                parsed = json.loads(args_raw) if args_raw else {}
+                args = parsed if isinstance(parsed, dict) else str(args_raw)
+            except (json.JSONDecodeError, TypeError):
+                args = str(args_raw)
+        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""), arguments=args))
+    return out
 
 
 class ModelRole(BaseModel):
@@ -92,15 +138,27 @@ class TurnRecord(BaseModel):
     index: int = Field(ge=0, description="Assistant turn number, 0-based.")
     assistant: dict[str, Any] = Field(description="The assistant message in OpenAI format.")
     tool_calls: list[ToolCall] = Field(default_factory=list)
-    tool_results: list[ToolResult] = Field(default_factory=list)
+    tool_results: list[ToolResult] = Field(default_factory=list, description="What actually came back (before truncation).")
     malformed_tool_calls: int = Field(default=0, ge=0)
     triggers: list[TriggerRecord] = Field(default_factory=list)
     latency_s: float = Field(default=0.0, ge=0.0, description="Model call wall time.")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
-    prompt_token_ids: list[int] | None = None
+    finish_reason: str | None = Field(default=None, description="The provider's: 'stop', 'tool_calls', 'length', ...")
+    prompt_ids_reused: int = Field(
+        default=0, ge=0, description="Leading prompt ids equal to the previous turn's prompt + completion ids (not stored).")
+    prompt_ids_added: list[int] | None = Field(
+        default=None, description="The prompt ids after the reused ones (all of them when none are reused); None: no ids.")
+    prompt_ids_copy: list[int] | None = Field(
+        default=None, description="[at, start, length]: previous prompt + completion ids [start:start+length], "
+                                  "inserted at `at` into the added ids (a context window keeping later turns).")
     completion_token_ids: list[int] | None = None
+    logprobs: list[float] | None = Field(default=None, description="The sampled tokens' logprobs (None: provider has none).")
+    context_messages: int | None = Field(
+        default=None, ge=0, description="The model's view of this turn was built from Trajectory.messages[:n] "
+                                        "(None: the turn was produced elsewhere, e.g. a prefix given as messages).")
+    context_cut: ContextCut | None = Field(default=None, description="What the context window replaced in that view.")
 
 
 class Trajectory(BaseModel):
@@ -123,6 +181,7 @@ class Trajectory(BaseModel):
     tag: str = Field(default="", description="Free label: 'rollout', 'correction', 'imitation', ...")
     injected_faults: list[InjectedFault] = Field(
         default_factory=list, description="Simulation ground truth (flawed students only); see `view()`.")
+    prefix_turns: int = Field(default=0, ge=0, description="Turns 0..n-1 came from a prefix (replayed, not generated here).")
 
     def view(self) -> "Trajectory":
         """The trajectory as the pipeline may see it: without simulation ground truth."""
@@ -150,11 +209,33 @@ class Trajectory(BaseModel):
     def cost_usd(self) -> float:
         return sum(t.cost_usd for t in self.turns)
 
-    def with_id(self) -> "Trajectory":
-        return self.model_copy(update={"id": trajectory_key(self.instance.id, self.harness_id, self.model_id, self.seed, self.tag)})
+    def with_id(self, prefix_key: str = "") -> "Trajectory":
+        key = trajectory_key(self.instance.id, self.harness_id, self.model_id, self.seed, self.tag, prefix_key)
+        return self.model_copy(update={"id": key})
+
+    # --- what the model saw and produced -------------------------------------------------------
+    def token_ids(self) -> list[tuple[list[int], list[int] | None] | None]:
+        """Every turn's exact (prompt ids, completion ids) as the server saw and produced them; None for a
+        turn without ids. One pass over the turns (prompt ids are stored by delta)."""
+        return turn_token_ids(self.turns)
+
+    def prompt_token_ids(self, turn: int) -> list[int] | None:
+        """The exact prompt ids of one turn (None when the provider returned none)."""
+        ids = turn_token_ids(self.turns[: turn + 1])[turn]
+        return None if ids is None else ids[0]
+
+    def model_messages(self, turn: int) -> list[dict[str, Any]]:
+        """The exact messages the model was sent on `turn` (the context policy's view, tool results as shown)."""
+        t = self.turns[turn]
+        if t.context_messages is None:
+            raise ValueError(f"turn {turn} of {self.id or self.instance.id} was not generated in this episode "
+                             "(a prefix turn given as messages): its view is unknown")
+        return apply_cut(self.messages[: t.context_messages], t.context_cut)
 
 
-def trajectory_key(instance_id: str, harness_id: str, model_id: str, seed: int, tag: str = "") -> str:
-    """The job key: a re-run of the same job finds the stored trajectory under this id."""
-    raw = json.dumps([instance_id, harness_id, model_id, seed, tag])
+def trajectory_key(instance_id: str, harness_id: str, model_id: str, seed: int, tag: str = "", prefix_key: str = "") -> str:
+    """The job key: a re-run of the same job finds the stored trajectory under this id. `prefix_key`
+    (`Prefix.key`) tells apart continuations of different prefixes; empty for a fresh episode."""
+    parts: list[object] = [instance_id, harness_id, model_id, seed, tag]
+    raw = json.dumps(parts + [prefix_key] if prefix_key else parts)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]

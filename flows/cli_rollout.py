@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.records import ModelRole, Trajectory
-from agents.rollout import Limits
+from agents.jobs import Limits
 from flows.cli_options import model_options
 
 if TYPE_CHECKING:

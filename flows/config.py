@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import tasks
 from agents.records import ModelRole, ToolChoice
-from agents.rollout import Limits
+from agents.jobs import Limits
 from deploy.vllm_server import ServeSpec
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
@@ -128,7 +128,7 @@ class RunConfig(BaseModel):
     models: dict[str, ModelRole] = Field(description="Role name -> model (student, expert, reflector, ...).")
     families: list[str] = Field(default_factory=lambda: ["all"], description="Task families; ['all'] = every landed one.")
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
-    limits: Limits = Field(default_factory=Limits, description="Per-episode limits (agents.rollout.Limits).")
+    limits: Limits = Field(default_factory=Limits, description="Per-episode limits (agents.jobs.Limits).")
     ray: RayConfig = Field(default_factory=RayConfig)
     training: TrainingConfig | None = Field(default=None, description="Train a LoRA adapter after the evaluation "
                                             "pairs (train_adapter stage); null = evaluation only.")

@@ -145,7 +145,8 @@ def collect_rollouts(config: RunConfig, run_dir: str, base_dir: str, pair_name: 
                 outage = _server_down(config, chunk, bucket)
                 if outage:
                     raise ServerUnavailable(outage)
-                store.write_trajectories(chunk.stage, chunk.key, bucket)
+                store.write_trajectories(chunk.stage, chunk.key, bucket,
+                                         harnesses={j.harness.id: j.harness for j in chunk.jobs}.values())
                 summary.chunks_run += 1
                 summary.rollouts_run += len(bucket)
                 summary.model_calls += sum(len(t.turns) for t in bucket)

@@ -18,9 +18,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 import tasks
-from agents.pool import RolloutJob
+from agents.jobs import Limits, RolloutJob
 from agents.records import ModelRole, ToolChoice
-from agents.rollout import Limits
 from flows.config import EvalPair, RunConfig, family_role
 from flows.store import content_key
 from harness import Harness, baseline

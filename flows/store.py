@@ -3,10 +3,13 @@
     runs/<run_id>/
       config.yaml                 the validated config the run started from
       state.json                  stage -> finished keys (human-readable; rewritten atomically)
-      trajectories/<stage>/<key>.parquet
+      trajectories/<stage>/<key>.parquet         one row per trajectory (agents/trajectory_table.py)
+      trajectories/<stage>/<key>.turns.parquet   one row per turn, beside it
+      harnesses/<harness id>.yaml                every harness a stored trajectory ran under, by content hash
       datasets/  adapters/  reports/  logs/
 
 A retried stage asks `has(stage, key)` and skips finished work; writes are atomic (`.tmp` + os.replace).
+Trajectories are written together with their harnesses, so `load_harness(traj.harness_id)` always works.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import polars as pl
 import yaml
 
 from agents.records import Trajectory
-from agents.trajectory_table import read_frame, read_trajectories, write_trajectories
+from agents.trajectory_table import read_frame, read_trajectories, read_turn_frame, write_trajectories
+from harness.program import Harness
 
 SCHEMA_VERSION = 1
-SUBDIRS = ("trajectories", "datasets", "adapters", "reports", "logs")
+SUBDIRS = ("trajectories", "harnesses", "datasets", "adapters", "reports", "logs")
 
 
 def content_key(*parts: Any) -> str:
@@ -92,8 +96,18 @@ class RunStore:
     def has(self, stage: str, key: str) -> bool:
         return self.trajectory_path(stage, key).exists()
 
-    def write_trajectories(self, stage: str, key: str, trajectories: Iterable[Trajectory]) -> Path:
-        return write_trajectories(self.trajectory_path(stage, key), trajectories)
+    def write_trajectories(self, stage: str, key: str, trajectories: Iterable[Trajectory], *,
+                           harnesses: Iterable[Harness]) -> Path:
+        """Store a chunk and the harnesses its trajectories ran under (each once, by id). Raises ValueError,
+        writing nothing, when a trajectory's harness is neither given nor already in the run."""
+        trajs = list(trajectories)
+        for h in harnesses:
+            self.save_harness(h)
+        missing = sorted({t.harness_id for t in trajs if not self.harness_path(t.harness_id).exists()})
+        if missing:
+            raise ValueError(f"run {self.run_id}: no harness {', '.join(missing)} for the trajectories of {stage}/{key}; "
+                             "pass the harnesses they ran under")
+        return write_trajectories(self.trajectory_path(stage, key), trajs)
 
     def read_trajectories(self, stage: str) -> list[Trajectory]:
         return read_trajectories(self.root / "trajectories" / stage)
@@ -108,6 +122,31 @@ class RunStore:
 
     def trajectory_frame(self, stage: str | None = None) -> pl.DataFrame:
         return read_frame(self.root / "trajectories" / stage if stage else self.root / "trajectories")
+
+    def turn_frame(self, stage: str | None = None) -> pl.DataFrame:
+        """The per-turn rows (agents/turn_table.py) of a stage, or of the whole run."""
+        return read_turn_frame(self.root / "trajectories" / stage if stage else self.root / "trajectories")
+
+    # --- harnesses ----------------------------------------------------------------------------
+    def harness_path(self, harness_id: str) -> Path:
+        return self.root / "harnesses" / f"{harness_id}.yaml"
+
+    def save_harness(self, harness: Harness) -> Path:
+        """Keep `harness` under its content hash (written once; the same id is the same content)."""
+        path = self.harness_path(harness.id)
+        if not path.exists():
+            harness.dump(path)
+        return path
+
+    def load_harness(self, harness_id: str) -> Harness:
+        """The harness a stored trajectory ran under (`traj.harness_id`), checked against its id."""
+        path = self.harness_path(harness_id)
+        if not path.exists():
+            raise FileNotFoundError(f"run {self.run_id} has no harness {harness_id} (looked for {path})")
+        h = Harness.load(path)
+        if h.id != harness_id:
+            raise ValueError(f"{path} holds harness {h.id}, not {harness_id} (edited by hand?)")
+        return h
 
     @classmethod
     def open_existing(cls, runs_dir: str | Path, run_id: str) -> "RunStore":

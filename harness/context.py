@@ -10,7 +10,9 @@ Three knobs, all optional (the baseline uses none):
   caller resolves (agents/rollout.py takes a mapping of roles). The summary is written by the runtime; this
   module only decides what to cut and builds the messages, so `harness/` never calls a model itself.
 
-The full, untrimmed conversation is what a trajectory stores; these views are per call.
+The full, untrimmed conversation is what a trajectory stores; these views are per call. The window is a
+`ContextCut` (which messages were replaced by which note): the runtime records it per turn, so the exact
+view of any turn is `apply_cut(trajectory.messages[:n], cut)` (`Trajectory.model_messages(turn)`).
 """
 
 from __future__ import annotations
@@ -76,17 +78,35 @@ def split_for_window(messages: list[dict[str, Any]], keep_last_turns: int | None
     return head, messages[starts[0]: cut], messages[cut:]
 
 
-def windowed(messages: list[dict[str, Any]], policy: ContextPolicy, summary: str | None = None) -> tuple[list[dict], int]:
-    """The view the model gets under keep_last_turns: (messages, number of turns left out)."""
-    head, older, recent = split_for_window(messages, policy.keep_last_turns)
+class ContextCut(BaseModel):
+    """What the context policy cut from one model call's view: `messages[start:end]` (whole turns outside the
+    window) replaced by one user message whose content is `note` (the omission note or the summary)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    note: str
+
+
+def window_cut(messages: list[dict[str, Any]], policy: ContextPolicy, summary: str | None = None) -> ContextCut | None:
+    """The cut `keep_last_turns` makes of `messages` (None when everything fits the window)."""
+    head, older, _ = split_for_window(messages, policy.keep_last_turns)
     if not older:
-        return list(messages), 0
+        return None
     n_older = len(turn_starts(older))
     if summary:
         note = f"{SUMMARY_PREFIX}\n{summary}"
     else:
         note = f"{OMITTED_PREFIX} {n_older} earlier turn(s) are not shown to save context."
-    return [*head, {"role": "user", "content": note}, *recent], n_older
+    return ContextCut(start=len(head), end=len(head) + len(older), note=note)
+
+
+def apply_cut(messages: list[dict[str, Any]], cut: ContextCut | None) -> list[dict[str, Any]]:
+    """The messages the model is sent: `messages` with the cut applied (a new list; the input is unchanged)."""
+    if cut is None:
+        return list(messages)
+    return [*messages[: cut.start], {"role": "user", "content": cut.note}, *messages[cut.end:]]
 
 
 def summary_request(older: list[dict[str, Any]], previous: str | None) -> list[dict[str, Any]]:

@@ -1,7 +1,10 @@
 """The `Harness` program: prompt sections, tool policy, hooks and context policy, each with a stable id.
 
 Identity is content: `Harness.id` hashes everything that changes what the model sees or what the runtime
-does (the free `name` label does not count). Serialisation is YAML or JSON (`load`/`dump`). The text view
+does (the free `name` label does not count). Identity survives growth: a field added to any of these
+records after id version 1 enters the hash only when it differs from its default, so a harness that does not
+use a new feature keeps its id (evaluation caches and stored trajectories are keyed by it). The fields of
+id version 1 are frozen in `_ID_FIELDS_V1`; add new fields freely (with a default), never edit that table. Serialisation is YAML or JSON (`load`/`dump`). The text view
 for a text-only optimizer is `components()` / `from_components()`:
 
 | key                  | text                                          |
@@ -26,7 +29,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.context import ContextPolicy
-from harness.hooks import Hook
+from harness.hooks import (
+    AfterToolError, AtTurn, BeforeToolCall, Block, ContextSize, Hook, Inject, OnFinish, RepeatedCall, Require, Stop,
+)
 
 SCHEMA_VERSION = 1
 SectionKind = Literal["role", "task_guidance", "domain_recipe", "output_format", "example"]
@@ -96,7 +101,7 @@ class Harness(BaseModel):
     # --- identity -------------------------------------------------------------------------------
     @property
     def id(self) -> str:
-        body = self.model_dump(mode="json", exclude={"name"})
+        body = identity_dump(self)
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     def section(self, section_id: str) -> PromptSection | None:
@@ -186,3 +191,49 @@ class Harness(BaseModel):
             return cls.model_validate(data)
         except ValidationError as e:
             raise ValueError(f"components do not form a valid harness:\n{e}") from None
+
+
+# --- identity -------------------------------------------------------------------------------------
+# The fields each record had at id version 1 (frozen: ids of existing harnesses depend on it). A field not
+# listed here is hashed only when it differs from its default; a record class not listed (nor derived from
+# a listed one) is hashed whole.
+_ID_FIELDS_V1: dict[type[BaseModel], frozenset[str]] = {
+    cls: frozenset(fields.split()) for cls, fields in {
+        Harness: "schema_version name sections tools hooks context",
+        PromptSection: "id kind title text",
+        ToolPolicy: "hidden descriptions examples helpers",
+        Hook: "id when then max_fires note",
+        ContextPolicy: "max_tool_result_chars head_fraction keep_last_turns summarize_with",
+        BeforeToolCall: "on tool args", RepeatedCall: "on n tool", AfterToolError: "on tool", AtTurn: "on turn",
+        OnFinish: "on", ContextSize: "on chars",
+        Inject: "do message", Block: "do message", Require: "do tool message", Stop: "do message",
+    }.items()
+}
+
+
+def identity_dump(h: Harness) -> dict[str, Any]:
+    """What `Harness.id` hashes: the JSON dump without `name`, and without fields newer than id version 1
+    that hold their default."""
+    data = h.model_dump(mode="json", exclude={"name"})
+    _prune_new_defaults(h, data)
+    return data
+
+
+def _prune_new_defaults(value: Any, data: Any) -> None:
+    if isinstance(value, BaseModel):
+        v1 = next((_ID_FIELDS_V1[k] for k in type(value).__mro__ if k in _ID_FIELDS_V1), None)
+        for name, field in type(value).model_fields.items():
+            if name not in data:
+                continue
+            v = getattr(value, name)
+            if v1 is not None and name not in v1 and v == field.get_default(call_default_factory=True):
+                del data[name]
+            else:
+                _prune_new_defaults(v, data[name])
+    elif isinstance(value, list | tuple):
+        for v, d in zip(value, data, strict=False):
+            _prune_new_defaults(v, d)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k in data:
+                _prune_new_defaults(v, data[k])

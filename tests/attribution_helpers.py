@@ -28,7 +28,8 @@ from typing import Any
 import harness as harness_pkg
 import tasks
 from agents.records import InjectedFault, ModelRole, Trajectory
-from agents.rollout import Limits, run_episode
+from agents.jobs import Limits
+from agents.rollout import run_episode
 from harness.hooks import AtTurn, BeforeToolCall, Block, Hook, Stop
 from harness.program import Harness
 from scripted_model import Step, scripted

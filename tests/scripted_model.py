@@ -4,6 +4,11 @@ The scripted model is a stand-in for an external model (like the `oracle/<family
 through the real `ModelClient` and the real rollout runtime, and answers call number i with `steps[i]`
 (a final text once the script runs out). It records every conversation it was sent, so tests can check
 what the model saw (injected messages, truncated tool results, context windows).
+
+With `scripted(..., token_ids=True)` it also returns token ids the way a vLLM server does, from a fake but
+deterministic chat template (`fake_prompt_ids`): each message is a role id, its JSON bytes and an end id, and
+the generation prompt is the assistant role id, so a reply re-sent in the next prompt extends the previous
+prompt + completion exactly, and a context window rewrites it.
 """
 
 from __future__ import annotations
@@ -26,17 +31,39 @@ from tasks.tooling import ToolError, tool
 
 @dataclass
 class Step:
-    """One scripted answer: tool calls [(name, arguments dict or raw string)], or final text; optional delay."""
+    """One scripted answer: tool calls [(name, arguments dict or raw string)], or final text; optional delay;
+    `finish` overrides the finish reason (e.g. "length" for a reply cut by the token limit)."""
 
     calls: list[tuple[str, Any]] = field(default_factory=list)
     text: str = "done"
     sleep_s: float = 0.0
+    finish: str | None = None
 
 
 @dataclass
 class Script:
     steps: list[Step]
     seen: list[list[dict[str, Any]]] = field(default_factory=list)
+    token_ids: bool = False
+    sent_ids: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (prompt, completion) per call
+
+
+_ROLE_IDS = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
+_END = 5
+
+
+def _body_ids(m: dict[str, Any]) -> list[int]:
+    body = {k: m.get(k) for k in ("content", "tool_calls", "tool_call_id") if m.get(k) is not None}
+    return [1000 + b for b in json.dumps(body, sort_keys=True).encode()] + [_END]
+
+
+def fake_prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
+    """A deterministic stand-in for a chat template: role id + JSON bytes + end per message, then the
+    generation prompt (the assistant role id)."""
+    ids: list[int] = []
+    for m in messages:
+        ids += [_ROLE_IDS.get(m.get("role", ""), 6), *_body_ids(m)]
+    return ids + [_ROLE_IDS["assistant"]]
 
 
 _SCRIPTS: dict[str, Script] = {}  # test-only registry, keyed by a fresh uuid per script
@@ -58,7 +85,13 @@ class ScriptedLLM(CustomLLM):
             finish = "tool_calls"
         else:
             message, finish = {"role": "assistant", "content": step.text}, "stop"
-        return litellm.ModelResponse(model=model, choices=[{"index": 0, "message": message, "finish_reason": finish}],
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": step.finish or finish}
+        extra: dict[str, Any] = {}
+        if script.token_ids:
+            prompt, completion = fake_prompt_ids(messages), _body_ids(message)
+            script.sent_ids.append((prompt, completion))
+            choice["token_ids"], extra["prompt_token_ids"] = completion, prompt
+        return litellm.ModelResponse(model=model, choices=[choice], **extra,
                                      usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
 
 
@@ -69,11 +102,11 @@ def _register() -> None:
         litellm.utils.custom_llm_setup()
 
 
-def scripted(steps: list[Step], **role_options: Any) -> tuple[ModelRole, Script]:
+def scripted(steps: list[Step], token_ids: bool = False, **role_options: Any) -> tuple[ModelRole, Script]:
     _register()
     role_options.setdefault("input_cost_per_token", 1e-12)  # a known price: the client then skips LiteLLM's price map
     key = uuid.uuid4().hex
-    _SCRIPTS[key] = Script(steps=steps)
+    _SCRIPTS[key] = Script(steps=steps, token_ids=token_ids)
     return ModelRole(model=f"scripted/{key}", retries=0, **role_options), _SCRIPTS[key]
 
 

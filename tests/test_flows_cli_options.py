@@ -12,7 +12,7 @@ from pydantic import BaseModel, model_validator
 from typer.core import TyperOption
 from typer.testing import CliRunner
 
-from agents.rollout import Limits
+from agents.jobs import Limits
 from flows.cli_options import model_options, option_name
 from training.config import LengthRule, TrainConfig
 

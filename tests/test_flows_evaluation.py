@@ -94,7 +94,8 @@ def test_fault_in_evaluate_then_resume_reuses_rollouts(tmp_path: Path, vllm_serv
     assert "injected fault" in first.output and "--resume" in first.output
     (run_id,) = os.listdir(tmp_path / "runs")
     store = RunStore(tmp_path / "runs", run_id)
-    student_files = sorted((store.root / "trajectories" / "evaluate" / "student").glob("*.parquet"))
+    student_files = sorted(p for p in (store.root / "trajectories" / "evaluate" / "student").glob("*.parquet")
+                           if not p.name.endswith(".turns.parquet"))  # each chunk has its turn table beside it
     assert len(student_files) == len(FAMILIES) * 2  # all student chunks were stored before the fault
     assert not (store.root / "trajectories" / "evaluate" / "expert").exists()
     after_first = vllm_requests(vllm_server)
@@ -153,7 +154,7 @@ def overall_cell(frame: pl.DataFrame) -> str:
 def _kill_when_first_chunk_lands(runs_dir: Path, port: int, killed: list[int], stop: threading.Event) -> None:
     """Wait for the first stored student chunk, then SIGKILL the run's vLLM server (its whole process group)."""
     while not stop.is_set():
-        chunks = list(runs_dir.glob("*/trajectories/evaluate/student/*.parquet"))
+        chunks = [p for p in runs_dir.glob("*/trajectories/evaluate/student/*.parquet") if not p.name.endswith(".turns.parquet")]
         states = list(runs_dir.glob(f"*/logs/servers/{port}.json"))
         if chunks and states:
             pid = json.loads(states[0].read_text())["pid"]

@@ -1,4 +1,4 @@
-"""Hooks fire on their triggers and their actions take effect, through the real rollout runtime.
+"""Hooks: the pure decisions (`harness.hooks.decide`), then their effects through the real rollout runtime.
 
 The model is a scripted LiteLLM provider (tests/scripted_model.py) so every call is known; the environment
 is a small counter whose `calls` list shows exactly what reached it.
@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from agents.rollout import BLOCKED_PREFIX, HOOK_PREFIX, NOT_RUN, Limits, run_episode
 from harness import Harness, Hook, PromptSection
 from harness.context import ContextPolicy
+from harness.hooks import FinishEvent, HookState, ModelCallEvent, ToolCallEvent, ToolErrorEvent, decide
 from harness.program import ToolPolicy
 from scripted_model import Step, counter_env, scripted
 
@@ -23,6 +24,44 @@ def _h(*hooks: dict, **kw) -> Harness:
 
 def _user_texts(messages: list[dict]) -> list[str]:
     return [m["content"] for m in messages if m["role"] == "user"]
+
+
+def _hooks(*specs: dict) -> list[Hook]:
+    return [Hook.model_validate(h) for h in specs]
+
+
+def test_decide_tool_call_in_order_until_the_first_block():
+    hooks = _hooks({"id": "warn", "when": {"on": "before_tool_call", "tool": "add"}, "then": {"do": "inject", "message": "adding"},
+                    "max_fires": 1},
+                   {"id": "no-3", "when": {"on": "before_tool_call", "args": r'"n": 3\b'}, "then": {"do": "block", "message": "no 3"}},
+                   {"id": "later", "when": {"on": "before_tool_call"}, "then": {"do": "stop"}})
+    call = ToolCallEvent(turn=0, tool="add", args_json='{"n": 3}', repeats=1)
+    got = decide(hooks, call, HookState())
+    assert [(d.hook_id, d.effect, d.message) for d in got] == [
+        ("warn", "inject", HOOK_PREFIX + "adding"), ("no-3", "block", BLOCKED_PREFIX + "no 3")]
+    assert got[1].detail == "before_tool_call->block: add"
+    # max_fires reached: `warn` is skipped; another call reaches the stop hook, whose text names it
+    other = decide(hooks, call.model_copy(update={"args_json": '{"n": 4}'}), HookState(fires={"warn": 1}))
+    assert [(d.hook_id, d.effect, d.message) for d in other] == [("later", "stop", "stopped by hook 'later'")]
+    assert decide(hooks, ToolErrorEvent(turn=0, tool="add", args_json="{}"), HookState()) == []
+
+
+def test_decide_repeats_turns_context_and_finish():
+    loop = _hooks({"id": "loop", "when": {"on": "repeated_call", "n": 3}, "then": {"do": "inject", "message": "again"}})
+    assert [len(decide(loop, ToolCallEvent(turn=0, tool="t", args_json="{}", repeats=r), HookState())) for r in (1, 2, 3, 4)] == [0, 0, 1, 1]
+    timed = _hooks({"id": "t1", "when": {"on": "at_turn", "turn": 1}, "then": {"do": "stop", "message": "enough"}},
+                   {"id": "big", "when": {"on": "context_size", "chars": 100}, "then": {"do": "inject", "message": "large"}})
+    assert decide(timed, ModelCallEvent(turn=0, context_chars=50), HookState()) == []
+    assert [d.hook_id for d in decide(timed, ModelCallEvent(turn=0, context_chars=150), HookState())] == ["big"]
+    assert decide(timed, ModelCallEvent(turn=0, context_chars=150), HookState(fires={"big": 1})) == []  # once
+    assert [d.effect for d in decide(timed, ModelCallEvent(turn=1, context_chars=150), HookState())] == ["stop"]
+    finish = _hooks({"id": "need", "when": {"on": "on_finish"}, "then": {"do": "require", "tool": "add|sub"}},
+                    {"id": "nudge", "when": {"on": "on_finish"}, "then": {"do": "inject", "message": "check twice"}})
+    refused = decide(finish, FinishEvent(turn=2), HookState())
+    assert [(d.effect, d.message) for d in refused] == [
+        ("refuse", HOOK_PREFIX + "Before finishing you must call the tool matching 'add|sub' successfully."),
+        ("refuse", HOOK_PREFIX + "check twice")]
+    assert [d.hook_id for d in decide(finish, FinishEvent(turn=2), HookState(succeeded=frozenset({"sub"})))] == ["nudge"]
 
 
 async def test_blocked_call_never_reaches_environment():
@@ -77,7 +116,7 @@ async def test_at_turn_inject_and_stop():
     traj = await run_episode(role, h, env, seed=0)
     assert HOOK_PREFIX + "turn one" in _user_texts(script.seen[1])
     assert HOOK_PREFIX + "turn one" not in _user_texts(script.seen[0])
-    assert traj.stop_reason == "error" and "stopped by hook 't3': enough" in traj.error
+    assert traj.stop_reason == "harness_stop" and "stopped by hook 't3': enough" in traj.error
     assert len(traj.turns) == 3 and len(script.seen) == 3  # no model call at turn 3
     assert traj.verdict.failed_checks  # verified although not submitted
     assert any(t.component_id == "hook:t3" for t in traj.turns[-1].triggers)
@@ -114,7 +153,7 @@ async def test_context_size_fires_once_and_stop_action_leaves_env_untouched():
     traj = await run_episode(role, h, env, seed=0)
     assert sum(HOOK_PREFIX + "context is large" == t for t in _user_texts(script.seen[2])) == 1
     assert [t.turn for r in traj.turns for t in r.triggers if t.component_id == "hook:big"] == [1]
-    assert traj.stop_reason == "error" and "stopped by hook 'halt'" in traj.error
+    assert traj.stop_reason == "harness_stop" and "stopped by hook 'halt'" in traj.error
     assert env.calls == [("dump", 500), ("get_total", None)]  # neither add ran
     last_tools = [m for m in traj.messages if m["role"] == "tool"][-2:]
     assert [m["content"] for m in last_tools] == [NOT_RUN, NOT_RUN]  # the conversation stays well-formed

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 
 import pytest
+from pydantic import create_model
 
 import tasks
 from harness import EditError, Harness, PromptSection, ToolPolicy, apply_edits, baseline, diff, parse_edit, render
 from harness.baseline import BASELINE_DIR, generate_baseline
-from harness.context import ContextPolicy, truncate, windowed
+from harness.context import ContextCut, ContextPolicy, apply_cut, truncate, window_cut
 from harness.edits import AddHook, ExposeTool, HideTool, InsertSection, RemoveHook, RemoveSection, SetContextPolicy, SetSection, SetToolDescription, UpdateHook
 from harness.helpers import CalcError, calculate
 from harness.hooks import Hook
@@ -44,6 +46,36 @@ def test_id_is_a_content_hash_and_files_round_trip(tmp_path):
     (tmp_path / "bad.yaml").write_text("sections: [{id: r, text: t, colour: red}]")
     with pytest.raises(ValueError, match="colour"):
         Harness.load(tmp_path / "bad.yaml")
+
+
+# Ids of the seven baseline harnesses at id version 1: evaluation caches and stored runs are keyed by them.
+BASELINE_IDS = {
+    "anomaly_detection": "defcf68d21eac795", "browser_automation": "b488c74be754a96d",
+    "budget_approval": "40f2cca34335730a", "code_refactor": "59d63ea46599fa67", "payroll_audit": "0bab341b86dd4a91",
+    "stock_alert": "02e5251f76491e69", "website_admin": "18b1e40a15d41599",
+}
+
+
+def test_baseline_ids_stay_the_same():
+    assert {f: Harness.load(BASELINE_DIR / f"{f}.yaml").id for f in BASELINE_IDS} == BASELINE_IDS
+
+
+def test_id_survives_fields_added_later():
+    """A field added to a record (the harness search adds composite tools and a section `use_pattern`) changes
+    no id of a harness that does not use it, and does change the id of one that does."""
+    Section2 = create_model("Section2", __base__=PromptSection, use_pattern=(str | None, None))
+    Harness2 = create_model("Harness2", __base__=Harness, sections=(list[Section2], []), composite_tools=(list[dict], []))
+    for family, known in BASELINE_IDS.items():
+        h = Harness.load(BASELINE_DIR / f"{family}.yaml")
+        grown = Harness2.model_validate(h.model_dump())
+        assert "use_pattern" in grown.model_dump()["sections"][0] and grown.id == known == h.id
+        used = grown.model_copy(update={"sections": [grown.sections[0].model_copy(update={"use_pattern": "x"})]})
+        assert used.id != known
+        assert grown.model_copy(update={"composite_tools": [{"name": "c"}]}).id != known
+    # without the rule the added defaults would have changed every id
+    plain = json.dumps(Harness2.model_validate(h.model_dump()).model_dump(mode="json", exclude={"name"}), sort_keys=True,
+                       separators=(",", ":"))
+    assert hashlib.sha256(plain.encode()).hexdigest()[:16] != h.id
 
 
 def test_components_round_trip_and_edit():
@@ -159,10 +191,14 @@ def test_window_keeps_task_and_last_turns():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
     for i in range(4):
         msgs += [{"role": "assistant", "content": f"a{i}"}, {"role": "tool", "tool_call_id": str(i), "content": f"r{i}"}]
-    view, dropped = windowed(msgs, ContextPolicy(keep_last_turns=2))
-    assert dropped == 2 and [m["content"] for m in view][:2] == ["s", "task"]
+    cut = window_cut(msgs, ContextPolicy(keep_last_turns=2))
+    assert cut == ContextCut(start=2, end=6, note="[harness] 2 earlier turn(s) are not shown to save context.")
+    view = apply_cut(msgs, cut)
+    assert [m["content"] for m in view][:3] == ["s", "task", cut.note]
     assert [m["content"] for m in view if m["role"] == "assistant"] == ["a2", "a3"]
-    assert windowed(msgs, ContextPolicy(keep_last_turns=10)) == (msgs, 0)
+    assert window_cut(msgs, ContextPolicy(keep_last_turns=10)) is None and apply_cut(msgs, None) == msgs
+    summarized = window_cut(msgs, ContextPolicy(keep_last_turns=3, summarize_with="self"), "did a0")
+    assert summarized == ContextCut(start=2, end=4, note="[harness] Summary of earlier turns:\ndid a0")
 
 
 def test_calculator_is_safe_and_exact():

@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 
 import harness
 import tasks
-from agents.pool import RolloutJob, RolloutPool
+from agents.jobs import RolloutJob
+from agents.pool import RolloutPool
 from agents.records import ModelRole
-from agents.rollout import Limits
+from agents.jobs import Limits
 from harness import ToolPolicy
 
 TWO_FAMILIES = ("stock_alert", "code_refactor")  # the two with the shortest instructions among light families
@@ -65,6 +66,8 @@ def _assert_complete(jobs: list[RolloutJob], trajs: list) -> None:
         assert t.stop_reason != "error", t.error
         assert t.turns, f"{t.instance.id}: no model turn ran ({t.stop_reason}: {t.error})"
         assert t.turns[0].completion_tokens > 0
+        # 8-token text replies: a reply cut by the limit ends the episode as truncated, never as an answer
+        assert (t.stop_reason == "truncated") == (t.turns[-1].finish_reason == "length"), (t.stop_reason, t.turns[-1])
         assert t.model_id == jobs[0].model.id
 
 

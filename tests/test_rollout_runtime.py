@@ -1,5 +1,6 @@
-"""The rollout runtime: limits and their stop reasons, prefix continuation, the oracle through run_episode
-on every installed family, and real tool-calling episodes against the tiny vLLM CPU server."""
+"""The rollout runtime: limits and their stop reasons, prefix continuation and its replay check (on every
+installed family, with the oracle), what each turn's model saw and its token ids, and real tool-calling
+episodes against the tiny vLLM CPU server."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import pytest
 
 import tasks
 from agents.client import ModelClient
+from agents.prefix import Prefix, ReplayDivergence, prefix_of
 from agents.records import STOP_REASONS, ModelRole
 from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
-from harness import Harness, Hook, PromptSection, baseline
+from agents.trajectory_table import read_trajectories, write_trajectories
+from harness import Harness, Hook, PromptSection, ToolPolicy, baseline
 from harness.context import ContextPolicy
 from scripted_model import CounterEnv, Step, counter_env, scripted
-from tasks.records import Verdict
+from tasks.records import ToolResult, Verdict
 
 ROLE = Harness(sections=[PromptSection(id="role", kind="role", text="You add numbers.")])
 HEAVY_FAMILIES = {"website_admin", "browser_automation"}  # a browser per oracle call: tens of seconds each
@@ -22,13 +25,12 @@ HEAVY_FAMILIES = {"website_admin", "browser_automation"}  # a browser per oracle
 
 def _tiny(api_base: str, **kw) -> ModelRole:
     # temperature 1: at 0 the random tiny model repeats one unfinished call; sampled, it emits parsed calls
-    return ModelRole(model="hosted_vllm/tiny", api_base=api_base, temperature=1.0, retries=0, **kw)
+    return ModelRole(model="hosted_vllm/tiny", api_base=api_base, retries=0, **{"temperature": 1.0, **kw})
 
 
-# the random model often stops without a parsed call (a truncated "<tool_call>..." text): refusing every
-# finish keeps it working, so vLLM episodes end by the limit under test
-NEVER_FINISH = Hook.model_validate({"id": "never-finish", "when": {"on": "on_finish"},
-                                    "then": {"do": "require", "tool": "no_such_tool", "message": "keep going"}})
+# The random tiny model's free replies are cut by the token limit (now `truncated`, which ends the episode);
+# a named tool choice with strict schemas makes every turn a valid call, so episodes run to the limit under test.
+LIST_SHEETS = {"type": "function", "function": {"name": "list_sheets"}}
 
 
 def _closed_port() -> int:
@@ -100,56 +102,197 @@ async def test_prefix_continuation_replays_only_executed_calls():
     env2.close()
 
 
+async def test_reply_cut_by_the_token_limit_is_truncated_not_submitted():
+    role, _ = scripted([Step(text="The total is", finish="length")])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0, limits=Limits(max_tokens_per_turn=7))
+    assert traj.stop_reason == "truncated" and env.final_answer is None and "max_tokens_per_turn=7" in traj.error
+    assert traj.turns[0].finish_reason == "length" and traj.verdict.failed_checks == ["total", "answered"]
+    env.close()
+
+
+async def test_cut_reply_with_tool_calls_runs_them_and_goes_on():
+    role, _ = scripted([Step(calls=[("add", {"n": 5}), ("add", "{\"n\": ")], finish="length"), Step(text="5")])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0)
+    assert traj.stop_reason == "submitted" and traj.score == 1.0 and env.calls == [("add", 5)]
+    assert [t.finish_reason for t in traj.turns] == ["length", "stop"] and traj.turns[0].malformed_tool_calls == 1
+    env.close()
+
+
+def _on_the_wire(messages: list[dict]) -> list[dict]:
+    """LiteLLM leaves out keys whose value is None (an assistant tool-call message's `content`) when it sends."""
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
+WINDOWS = {
+    "full": (ContextPolicy(), False),
+    "window": (ContextPolicy(keep_last_turns=1, max_tool_result_chars=200), False),
+    "summary": (ContextPolicy(keep_last_turns=2, summarize_with="sum"), True),
+}
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+async def test_each_turns_view_and_token_ids_are_recoverable(window, tmp_path):
+    """`model_messages(i)` is exactly what the model was sent on turn i, and `token_ids()` gives back every
+    turn's exact prompt and completion ids after a write/read of the stored tables."""
+    policy, summarize = WINDOWS[window]
+    steps = [Step(calls=[("add", {"n": 1})]), Step(calls=[("dump", {"size": 600})]), Step(calls=[("add", {"n": 2})]),
+             Step(calls=[("get_total", {})]), Step(calls=[("add", {"n": 2})]), Step(text="5")]
+    role, script = scripted(steps, token_ids=True)
+    summarizer, _ = scripted([Step(text=f"summary {i}") for i in range(9)])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE.model_copy(update={"context": policy}), env, seed=0,
+                             summarizers={"sum": summarizer} if summarize else None)
+    env.close()
+    assert traj.stop_reason == "submitted" and traj.score == 1.0 and len(traj.turns) == 6
+    assert [_on_the_wire(traj.model_messages(i)) for i in range(6)] == script.seen
+    [back] = read_trajectories(write_trajectories(tmp_path / "t.parquet", [traj]))
+    assert back == traj and back.token_ids() == script.sent_ids
+    assert [_on_the_wire(back.model_messages(i)) for i in range(6)] == script.seen
+    full = [len(p) + len(c) for p, c in script.sent_ids]  # each turn's prompt + completion
+    reused = [t.prompt_ids_reused for t in traj.turns]
+    if window == "full":  # every prompt extends the last prompt + completion: only the appended ids are stored
+        assert reused == [0, *full[:-1]] and all(t.context_cut is None for t in traj.turns)
+    else:  # the window rewrote some prompts: those store more than the appended ids
+        assert any(r < f for r, f in zip(reused[1:], full[:-1], strict=True))
+        assert any(t.context_cut is not None for t in traj.turns)
+    assert sum(len(t.prompt_ids_added) for t in traj.turns) < sum(len(p) for p, _ in script.sent_ids)
+
+
+async def test_prefix_of_a_trajectory_keeps_its_records_and_catches_a_tampered_result():
+    steps = [Step(calls=[("add", {"n": 1})]), Step(calls=[("get_total", {})]), Step(calls=[("add", {"n": 4})]), Step(text="5")]
+    role, _ = scripted(steps, token_ids=True)
+    env = counter_env(5)
+    first = await run_episode(role, ROLE, env, seed=0)
+    env.close()
+    p = prefix_of(first, 2)
+    assert [m["role"] for m in p.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    role2, script2 = scripted([Step(calls=[("add", {"n": 4})]), Step(text="5")], token_ids=True)
+    env2 = counter_env(5)
+    second = await run_episode(role2, ROLE, env2, seed=0, prefix=p, on_divergence="raise")
+    assert second.stop_reason == "submitted" and second.score == 1.0 and second.prefix_turns == 2
+    assert second.turns[:2] == first.turns[:2] and second.token_ids()[:2] == first.token_ids()[:2]
+    assert second.token_ids()[2:] == script2.sent_ids and second.turns[2].prompt_ids_reused > 0
+    assert second.id != first.id and second.id != (await _continue(p.then(first.messages[6])))[0].id
+    tampered = [t.model_copy(deep=True) for t in p.turns]
+    tampered[1].tool_results[0] = ToolResult(content="7")
+    with pytest.raises(ReplayDivergence) as e:
+        await run_episode(role2, ROLE, counter_env(5), seed=0, prefix=p.model_copy(update={"turns": tampered}),
+                          on_divergence="raise")
+    assert e.value.turn == 1 and (e.value.recorded, e.value.replayed) == ("7", "1")
+    assert "replay diverged at turn 1: get_total({}) recorded '7', replayed '1'" == str(e.value)
+    # as messages only (no records): the tool message the model saw is what the replay is compared with
+    msgs = [dict(m) for m in p.messages]
+    msgs[5]["content"] = "7"
+    recorded, env3 = await _continue(Prefix(messages=msgs))
+    assert recorded.stop_reason == "replay_divergence" and recorded.score == 0.0 and "turn 1" in recorded.error
+    assert recorded.verdict.failed_checks == ["replay_divergence"] and recorded.messages[:6] == msgs and not recorded.turns
+    assert env3.calls == [("add", 1), ("get_total", None)]  # replayed, then nothing ran
+
+
+async def _continue(prefix: Prefix):
+    role, _ = scripted([Step(text="5")])
+    env = counter_env(5)
+    traj = await run_episode(role, ROLE, env, seed=0, prefix=prefix)
+    env.close()
+    return traj, env
+
+
 def _oracle_sample(family: str):
     fam = tasks.get(family)
     val = fam.instances("val")
     return next((i for i in val if i.difficulty == fam.difficulties[-1]), val[0])
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in HEAVY_FAMILIES else f
-                                    for f in tasks.families()])
-async def test_oracle_provider_through_run_episode_scores_one(family):
-    inst = _oracle_sample(family)
+async def _oracle_run(family: str, inst, **kw):
     env = tasks.make_env(inst)
     try:
-        traj = await run_episode(ModelRole(model=f"oracle/{family}"), baseline(family), env, seed=0,
-                                 limits=Limits(max_turns=80))
+        return await run_episode(ModelRole(model=f"oracle/{family}"), baseline(family), env, seed=0,
+                                 limits=Limits(max_turns=80), **kw)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f in HEAVY_FAMILIES else f
+                                    for f in tasks.families()])
+async def test_oracle_through_run_episode_scores_one_and_its_prefix_replays_exactly(family):
+    """The oracle solves a hard instance; continuing from the middle of its trajectory replays every earlier
+    tool result exactly (after the family's normalisation) and solves it again; a tampered recorded result
+    raises ReplayDivergence naming its turn."""
+    inst = _oracle_sample(family)
+    traj = await _oracle_run(family, inst)
     assert traj.stop_reason == "submitted", traj.error
     assert traj.score == 1.0, traj.verdict.feedback
     assert all(t.malformed_tool_calls == 0 for t in traj.turns)
+    mid = len(traj.turns) // 2
+    p = prefix_of(traj, mid)
+    cont = await _oracle_run(family, inst, prefix=p, on_divergence="raise")
+    assert cont.stop_reason == "submitted" and cont.score == 1.0, (cont.error, cont.verdict.feedback)
+    assert cont.prefix_turns == mid and cont.turns[:mid] == traj.turns[:mid]
+    k = max(i for i in range(mid) if traj.turns[i].tool_results)
+    tampered = [t.model_copy(deep=True) for t in p.turns]
+    tampered[k].tool_results[0] = ToolResult(content=tampered[k].tool_results[0].content + " (tampered)")
+    with pytest.raises(ReplayDivergence) as e:
+        await _oracle_run(family, inst, prefix=p.model_copy(update={"turns": tampered}), on_divergence="raise")
+    assert e.value.turn == k and e.value.recorded.endswith(" (tampered)") and f"at turn {k}:" in str(e.value)
 
 
 @pytest.mark.vllm
-async def test_real_tool_calling_episode_on_vllm(vllm_server):
-    family = tasks.families()[0]
-    inst = tasks.instances(family, "train")[0]
+async def test_real_tool_calling_episode_on_vllm(vllm_server, tiny_model_dir):
+    inst = tasks.instances("stock_alert", "train")[0]
     env = tasks.make_env(inst)
-    h = baseline(family).model_copy(update={
+    h = baseline("stock_alert").model_copy(update={
         "context": ContextPolicy(max_tool_result_chars=400, keep_last_turns=2),
-        "hooks": [Hook.model_validate({"id": "every", "when": {"on": "before_tool_call"}, "then": {"do": "inject", "message": "careful"}}),
-                  NEVER_FINISH],
+        "hooks": [Hook.model_validate({"id": "every", "when": {"on": "before_tool_call"}, "then": {"do": "inject", "message": "careful"}})],
     })
-    traj = await run_episode(_tiny(vllm_server), h, env, seed=3, tool_choice="required",
+    traj = await run_episode(_tiny(vllm_server, strict_tools=True), h, env, seed=3, tool_choice=LIST_SHEETS,
                              limits=Limits(max_turns=6, max_tokens_per_turn=96))
     env.close()
     assert traj.stop_reason == "max_turns", traj.error
     assert len(traj.turns) == 6 and traj.model_id == f"hosted_vllm/tiny@{vllm_server}"
-    calls = sum(len(t.tool_calls) for t in traj.turns)
-    assert calls >= 1  # guided decoding makes the random model call tools
-    for t in traj.turns:
+    ids = traj.token_ids()
+    for t, turn_ids in zip(traj.turns, ids, strict=True):
         assert t.prompt_tokens > 0 and t.completion_tokens > 0 and t.latency_s > 0
-        assert t.prompt_token_ids and t.completion_token_ids
-        assert len(t.tool_results) == len(t.tool_calls)
+        assert turn_ids is not None and turn_ids[0] and turn_ids[1] and t.finish_reason in ("stop", "tool_calls")
+        assert [(c.name, c.arguments) for c in t.tool_calls] == [("list_sheets", {})] and len(t.tool_results) == 1
     # every tool call has exactly one tool answer: the conversation is valid to send again
     asked = [c["id"] for m in traj.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
     answered = [m["tool_call_id"] for m in traj.messages if m["role"] == "tool"]
     assert sorted(asked) == sorted(answered)
     fired = {tr.component_id for t in traj.turns for tr in t.triggers}
     assert "hook:every" in fired
-    # each turn either called tools or had its finish refused
-    assert all(t.tool_calls or any(tr.component_id == "hook:never-finish" for tr in t.triggers) for t in traj.turns)
+    _assert_views_and_ids_match_the_template(traj, tiny_model_dir)
+
+
+@pytest.mark.vllm
+async def test_reply_cut_by_the_token_limit_on_vllm_is_truncated(vllm_server):
+    h0 = baseline("stock_alert")
+    h = h0.model_copy(update={"tools": ToolPolicy(hidden=sorted(h0.tools.descriptions))})  # a short text-only prompt
+    env = tasks.make_env(tasks.instances("stock_alert", "val")[0])
+    traj = await run_episode(_tiny(vllm_server, temperature=0.0), h, env, seed=0, limits=Limits(max_tokens_per_turn=4))
+    env.close()
+    assert traj.stop_reason == "truncated", (traj.stop_reason, traj.messages[-1])
+    assert len(traj.turns) == 1 and traj.turns[0].finish_reason == "length" and traj.turns[0].completion_tokens == 4
+    assert env.final_answer is None and not traj.passed
+
+
+def _assert_views_and_ids_match_the_template(traj, model_dir) -> None:
+    """Each turn's rebuilt view, rendered with the model's chat template, is exactly the prompt vLLM tokenized
+    (the ids reconstructed from the deltas), and the window made the stored ids smaller than the prompts."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    # the tools as vLLM hands them to the template: with the `strict: true` the client sent (strict_tools)
+    tools = [{"type": "function", "function": {**t["function"], "strict": True}} for t in traj.tools]
+    ids = traj.token_ids()
+    for i, turn in enumerate(traj.turns):
+        prompt, completion = ids[i]
+        assert len(prompt) == turn.prompt_tokens and len(completion) == turn.completion_tokens
+        text = tok.apply_chat_template(traj.model_messages(i), tools=tools, add_generation_prompt=True, tokenize=False)
+        assert tok.encode(text, add_special_tokens=False) == prompt, f"turn {i}"
+    assert any(t.context_cut is not None for t in traj.turns)
+    assert sum(len(t.prompt_ids_added) for t in traj.turns) < sum(len(p) for p, _ in ids)
 
 
 @pytest.mark.vllm
@@ -178,13 +321,12 @@ async def test_strict_tools_make_the_tiny_models_calls_valid_and_run(vllm_server
 
 @pytest.mark.vllm
 async def test_cost_cap_on_vllm(vllm_server):
-    env = tasks.make_env(tasks.instances(tasks.families()[0], "train")[0])
-    role = _tiny(vllm_server, input_cost_per_token=0.01, output_cost_per_token=0.01)
-    h = baseline(env.instance.family).model_copy(update={"hooks": [NEVER_FINISH]})
-    traj = await run_episode(role, h, env, seed=0, tool_choice="required",
-                             limits=Limits(cost_usd=1.0, max_tokens_per_turn=16))
+    env = tasks.make_env(tasks.instances("stock_alert", "train")[0])
+    role = _tiny(vllm_server, strict_tools=True, input_cost_per_token=0.01, output_cost_per_token=0.01)
+    traj = await run_episode(role, baseline("stock_alert"), env, seed=1, tool_choice=LIST_SHEETS,
+                             limits=Limits(cost_usd=1.0, max_tokens_per_turn=64))
     env.close()
-    assert traj.stop_reason == "cost_cap" and len(traj.turns) == 1
+    assert traj.stop_reason == "cost_cap" and len(traj.turns) == 1, (traj.stop_reason, traj.error)
     assert traj.cost_usd == pytest.approx(0.01 * (traj.turns[0].prompt_tokens + traj.turns[0].completion_tokens))
 
 
@@ -205,4 +347,5 @@ async def test_model_error_on_a_closed_port():
     env.close()
     assert traj.stop_reason == "model_error" and "Connect" in traj.error
     assert traj.verdict.failed_checks == ["total", "answered"]
-    assert set(STOP_REASONS) >= {"submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "model_error", "error"}
+    assert set(STOP_REASONS) >= {"submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "harness_stop",
+                                 "truncated", "replay_divergence", "model_error", "error"}
