@@ -21,7 +21,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import plots
-from analysis.report_sections import ReportSection, trajectories_by_pair, trigger_section, write_section_plots
+from analysis.report_sections import ReportSection, write_section_plots
 from analysis.stats import (
     OVERALL,
     PairedDiff,
@@ -99,8 +99,7 @@ def build_report(frame: pl.DataFrame, order: list[str], *, title: str, meta: dic
     if frame.is_empty():
         raise ValueError("no trajectories to report on")
     order = [g for g in order if g in set(frame["pair"].to_list())]
-    if sections is None:
-        sections = [trigger_section(trajectories_by_pair(frame), order)]
+    sections = sections or []
     meta = meta or {}
     n_seeds = frame["seed"].n_unique()
     fam_rows = wide_table(frame, order=order)

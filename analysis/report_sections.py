@@ -45,14 +45,6 @@ class ReportSection(BaseModel):
     plot: str | None = Field(default=None, description="PNG file name the section shows, drawn by write_report.")
 
 
-def trajectories_by_pair(frame: pl.DataFrame, group: str = "pair") -> dict[str, list[Trajectory]]:
-    """The trajectories of a trajectory table with a group column, per group (from the lossless record_json)."""
-    out: dict[str, list[Trajectory]] = defaultdict(list)
-    for label, raw in zip(frame[group].to_list(), frame["record_json"].to_list(), strict=True):
-        out[label].append(Trajectory.model_validate_json(raw))
-    return dict(out)
-
-
 def composition_section(attributions: pl.DataFrame, order: Sequence[str], rng: random.Random, *,
                         shifts: Sequence[tuple[str, str]] = (), n_boot: int = 2000) -> ReportSection:
     """Shares of failures per category per pair (bootstrap CIs), and the shift between the given pairs."""

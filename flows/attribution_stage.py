@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.records import ModelRole
+from agents.records import ModelRole, Trajectory
 from analysis.attribution import Attributor, make_attributor, parse_spec
 from analysis.attribution.batch import attribute_batch
 from analysis.attribution.records import read_attribution_frame, write_attribution_frame
@@ -30,10 +30,9 @@ from analysis.report_sections import (
     ReportSection,
     composition_section,
     fit_section,
-    trajectories_by_pair,
     trigger_section,
 )
-from flows.reporting import evaluation_frame
+from flows.reporting import evaluation_frame, evaluation_trajectories
 from flows.store import RunStore, atomic_write_text, content_key
 
 STAGE = "attribute"
@@ -83,13 +82,13 @@ def build_attributor(config: AttributionConfig, judge_role: ModelRole | None = N
     return make_attributor(config.attributor)
 
 
-def _pair_attributions(store: RunStore, pair: str, frame: pl.DataFrame, attributor: Attributor,
+def _pair_attributions(store: RunStore, pair: str, frame: pl.DataFrame, trajectories: list[Trajectory], attributor: Attributor,
                        config: AttributionConfig) -> tuple[Path, bool]:
     key = content_key(sorted(frame["id"].to_list()), attributor.name)
     path = store.root / "attributions" / f"{re.sub(r'[^A-Za-z0-9_.@+-]', '_', pair)}-{key}.parquet"
     if path.exists():
         return path, True
-    trajs = list(trajectories_by_pair(frame.with_columns(pl.lit(pair).alias("pair")))[pair])
+    trajs = [t for t in trajectories if t.id in set(frame["id"].to_list())]
     batch = asyncio.run(attribute_batch(trajs, attributor, pair_of=lambda t: pair, concurrency=config.concurrency))
     return write_attribution_frame(path, batch.frame), False
 
@@ -97,10 +96,12 @@ def _pair_attributions(store: RunStore, pair: str, frame: pl.DataFrame, attribut
 def attribute_run(store: RunStore, config: AttributionConfig, judge_role: ModelRole | None = None) -> AttributionRecord:
     """Attribute every finished evaluation pair (resumable), then write reports/attribution.md."""
     frame, order = evaluation_frame(store)
+    by_pair, _ = evaluation_trajectories(store)
     attributor = build_attributor(config, judge_role)
     files, failing, reused = {}, {}, []
     for pair in order:
-        path, was_there = _pair_attributions(store, pair, frame.filter(pl.col("pair") == pair), attributor, config)
+        path, was_there = _pair_attributions(store, pair, frame.filter(pl.col("pair") == pair), by_pair[pair],
+                                             attributor, config)
         files[pair] = str(path)
         failing[pair] = read_attribution_frame(path).height
         if was_there:
@@ -118,9 +119,8 @@ def attribute_run(store: RunStore, config: AttributionConfig, judge_role: ModelR
 
 def report_sections(store: RunStore, config: AttributionConfig, files: dict[str, str] | None = None) -> list[ReportSection]:
     """Composition (from the stored attributions), trigger rates and, with a base pair, the fit table."""
-    frame, order = evaluation_frame(store)
+    by_pair, order = evaluation_trajectories(store)
     files = files or {p: info["file"] for p, info in store.done(STAGE).items()}
-    by_pair = trajectories_by_pair(frame)
     sections = []
     attrs = [read_attribution_frame(files[p]).with_columns(pl.lit(p).alias("pair")) for p in order if p in files]
     if attrs and sum(a.height for a in attrs):

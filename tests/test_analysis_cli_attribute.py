@@ -16,6 +16,7 @@ from analysis.attribution.records import read_attribution_frame
 from flows.attribution_stage import AttributionConfig, attribute_run
 from flows.cli import app
 from flows.store import RunStore
+from harness import Harness, baseline
 
 KINDS = ("wrong_columns", "finish_early", "blocked_valid_call")
 
@@ -58,10 +59,17 @@ def test_cli_rejects_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+def harnesses_of(trajs: list[Trajectory]) -> list[Harness]:
+    """The harnesses these cases ran under: each family's baseline, and the modified ones of the cases."""
+    families = {t.family for t in trajs}
+    candidates = [baseline(f) for f in families] + [c.harness(f) for c in CASES if c.harness for f in families]
+    return [h for h in candidates if h.id in {t.harness_id for t in trajs}]
+
+
 def test_stage_on_a_run_store(rollouts: dict[str, list[Trajectory]], tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs", "r1")
     for pair, trajs in (("base", rollouts["oracle"]), ("trained", rollouts["faulty"])):
-        store.write_trajectories(f"eval-{pair}", "k0", trajs)
+        store.write_trajectories(f"eval-{pair}", "k0", trajs, harnesses=harnesses_of(trajs))
         store.mark_done("evaluate", pair, {"stage": f"eval-{pair}", "chunks": ["k0"]})
     config = AttributionConfig(base_pair="base", shifts=[("base", "trained")], bootstrap_samples=200)
     rec = attribute_run(store, config)

@@ -99,8 +99,10 @@ def test_report_with_sections(hooked: dict[str, list[Trajectory]], tmp_path: Pat
     frames = [read_frame(write_trajectories(tmp_path / f"{p}.parquet", ts)).with_columns(pl.lit(p).alias("pair"))
               for p, ts in hooked.items()]
     frame = pl.concat(frames)
-    default = build_report(frame, ["h0", "h1"], title="t", n_boot=200)
-    assert "## Component trigger rates" in default.markdown and "| hook:remind | 0.0 (0/2) | 100.0 (2/2) |" in default.markdown
+    plain = build_report(frame, ["h0", "h1"], title="t", n_boot=200)
+    assert "## Component trigger rates" not in plain.markdown
+    triggers = build_report(frame, ["h0", "h1"], title="t", n_boot=200, sections=[trigger_section(hooked, ["h0", "h1"])])
+    assert "| hook:remind | 0.0 (0/2) | 100.0 (2/2) |" in triggers.markdown
     attrs = attr_frame({"h0": ["planning", "tool_use"], "h1": ["planning", "planning"]})
     sections = [composition_section(attrs, ["h0", "h1"], random.Random(0), shifts=[("h0", "h1")], n_boot=200),
                 trigger_section(hooked, ["h0", "h1"]), fit_section(hooked, base="h0")]

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.records import Trajectory
 from analysis.attribution.calls import Call, calls_of
 
-INFRA_STOPS = ("model_error", "timeout", "error", "harness_stop", "context_overflow", "cost_cap", "truncated")
+INFRA_STOPS = ("model_error", "timeout", "error", "harness_stop", "context_overflow", "cost_cap", "truncated",
+               "replay_divergence")
 _FILE_RE = re.compile(r"[\w\-./]*\w\.(?:csv|json|md|xlsx|txt|py|yaml|yml|html)\b")
 
 
