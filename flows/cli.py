@@ -24,6 +24,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_rollout",
     "flows.cli_train",
     "flows.cli_run",
+    "flows.cli_evolve",
 )
 
 
