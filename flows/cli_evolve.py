@@ -55,6 +55,7 @@ def evolve(
     api_base: Annotated[Optional[str], typer.Option(help="Student server URL ending in /v1.")] = None,
     reflector: Annotated[str, typer.Option(help="library | llm:MODEL (a LiteLLM model string).")] = "library",
     reflector_api_base: Annotated[Optional[str], typer.Option(help="Server URL of an llm:MODEL reflector.")] = None,
+    reflector_prompt_chars: Annotated[int, typer.Option(min=4000, help="Prompt size cap of llm:MODEL (characters).")] = 40_000,
     seeds: Annotated[int, typer.Option(min=1, help="Search seeds; h* is the best validation score over them.")] = 3,
     resume: Annotated[bool, typer.Option(help="Continue the search stored under --out (same settings).")] = False,
     harness: Annotated[str, typer.Option(help="Start harness: 'baseline' (h0) or a harness YAML/JSON file.")] = "baseline",
@@ -89,6 +90,7 @@ def evolve(
                                "limits": Limits(max_turns=max_turns, wall_s=wall_s, max_tokens_per_turn=max_tokens),
                                "tool_choice": _tool_choice(tool_choice), "actors": actors,
                                "concurrency_per_server": concurrency, "max_tokens": max_tokens,
+                               "reflector_prompt_chars": reflector_prompt_chars,
                                "temperature": temperature}
     try:
         settings = _settings(family, student, api_base, reflector, reflector_api_base, harness, search, data)

@@ -58,6 +58,8 @@ class EvolveSettings(BaseModel):
     student: ModelRole = Field(description="The student role; '{family}' in its model string is filled.")
     reflector: str = Field(default="library", description="'library' or 'llm:MODEL'.")
     reflector_role: ModelRole | None = Field(default=None, description="Options for llm:MODEL (api_base, ...).")
+    reflector_prompt_chars: int = Field(default=40_000, ge=4000, description="Prompt size cap of llm:MODEL "
+                                        "(characters; fit it to the reflector's context window).")
     harness: str = Field(default="baseline", description="Start harness: 'baseline' (h0) or a harness file.")
     search: SearchConfig
     train_instances: int | None = Field(default=None, gt=0, description="First N train instances; null = all 20.")
@@ -164,7 +166,8 @@ def run_evolution(settings: EvolveSettings, store: RunStore, repo_root: Path, po
     inner = PoolEvaluator(pool, settings.student_role(), settings.limits, store, f"evolve/{fam}", settings.tool_choice)
     evaluator = CachedEvaluator(inner, ResultCache(out / "cache.jsonl"))
     role = settings.reflector_model_role()
-    reflector = make_reflector(settings.reflector, fam, ModelCompletion(role) if role else None)
+    reflector = make_reflector(settings.reflector, fam, ModelCompletion(role) if role else None,
+                               max_prompt_chars=settings.reflector_prompt_chars)
     h0 = start_harness(settings, repo_root)
     result = run_search(h0, train, val, evaluator, reflector, settings.search, out)
     h_star = Harness.load(result.h_star_path)

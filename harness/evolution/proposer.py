@@ -72,7 +72,8 @@ class EditProposer:
         self.counts["children" if ok else "failed_proposals"] += 1
         self._log(ProposalLog(search_seed=self.search_seed, iteration=self.iteration, parent_id=parent.id,
                               child_id=child.id if ok else None, edits=applied, rejected=rejected,
-                              cost_usd=proposal.cost_usd, status="proposed" if ok else "no_valid_edit"))
+                              cost_usd=proposal.cost_usd, attempts=proposal.attempts,
+                              status="proposed" if ok else "no_valid_edit"))
         return encode(child) if ok else {}
 
     # --- GEPA callback ----------------------------------------------------------------------------

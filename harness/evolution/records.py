@@ -183,6 +183,7 @@ class ProposalLog(_Frozen):
     edits: list[ProposedEdit] = Field(default_factory=list)
     rejected: list[RejectedEdit] = Field(default_factory=list)
     cost_usd: float = 0.0
+    attempts: int = Field(default=0, ge=0, description="Reflection-model answers this proposal took.")
     status: Literal["proposed", "no_valid_edit", "reflector_error"] = "proposed"
     error: str = ""
 

@@ -27,14 +27,15 @@ def parse_strategy(spec: str) -> tuple[str, str | None]:
     return name, model or None
 
 
-def make_reflector(spec: str, family: str, complete: CompletionFn | None = None) -> Reflector:
+def make_reflector(spec: str, family: str, complete: CompletionFn | None = None,
+                   max_prompt_chars: int = 40_000) -> Reflector:
     name, model = parse_strategy(spec)
     if name == "library":
         return LibraryReflector(family)
     if complete is None:
         raise ValueError(f"reflector '{spec}' calls a model: give it a completion function")
     assert model is not None
-    return LlmReflector(model, complete)
+    return LlmReflector(model, complete, max_prompt_chars=max_prompt_chars)
 
 
 __all__ = ["LibraryReflector", "LlmReflector", "make_reflector", "parse_strategy"]

@@ -65,14 +65,14 @@ def harmful_hooks(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None)
     for r in ds.failures:
         hits.update({t.component.removeprefix("hook:") for t in r.triggers
                      if t.kind == "hook" and ("->block" in t.detail or "->stop" in t.detail)})
-    return [Suggestion(rule="harmful_hooks", target=f"hook:{hid}", edit=RemoveHook(id=hid), weight=4.0 + n,
+    return [Suggestion(rule="harmful_hooks", target=f"hook:{hid}", edit=RemoveHook(id=hid), weight=10.0 + 2 * n,
                        rationale=f"hook '{hid}' blocked calls or stopped the episode in {_share(n, ds)}")
             for hid, n in sorted(hits.items()) if h.hook(hid) is not None]
 
 
 def hidden_tools(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None) -> list[Suggestion]:
     hits = Counter(c.name for r in ds.failures for c in r.calls if c.name in h.tools.hidden)
-    return [Suggestion(rule="hidden_tools", target=f"tool:{name}", edit=ExposeTool(tool=name), weight=4.0 + n,
+    return [Suggestion(rule="hidden_tools", target=f"tool:{name}", edit=ExposeTool(tool=name), weight=10.0 + 2 * n,
                        rationale=f"the model called the hidden tool '{name}' {n} times in failing rollouts")
             for name, n in sorted(hits.items())]
 

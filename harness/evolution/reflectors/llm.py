@@ -77,12 +77,30 @@ def extract_json(text: str) -> Any:
     raise ValueError("the answer holds no JSON object")
 
 
+def parse_answer(harness: Harness, text: str) -> tuple[list[ProposedEdit], list[RejectedEdit]]:
+    """(edits that apply to `harness`, in order; rejected pieces with their errors) of one model answer."""
+    try:
+        answer = _Answer.model_validate(extract_json(text))
+    except (ValueError, ValidationError) as e:
+        return [], [RejectedEdit(raw=clip(text, 2000), error=f"not a valid answer: {str(e)[:500]}")]
+    edits, rejected = [], []
+    for item in answer.edits:
+        try:
+            edits.append(ProposedEdit.model_validate({"edit": item.edit, "rationale": item.rationale}))
+        except ValidationError as e:
+            rejected.append(RejectedEdit(raw=clip(json.dumps(item.edit), 2000), error=f"invalid edit: {str(e)[:500]}"))
+    _, applied, invalid = apply_proposed(harness, edits)
+    return applied, rejected + invalid
+
+
 class LlmReflector:
     """See the module docstring. `model` is the LiteLLM model string (for the name and the prompt only)."""
 
-    def __init__(self, model: str, complete: CompletionFn, transcript_chars: int = 2500) -> None:
+    def __init__(self, model: str, complete: CompletionFn, max_prompt_chars: int = 40_000,
+                 transcript_chars: int = 2500) -> None:
         self.model = model
         self.complete = complete
+        self.max_prompt_chars = max_prompt_chars
         self.transcript_chars = transcript_chars
         self._schema = answer_schema()
 
@@ -91,26 +109,17 @@ class LlmReflector:
         return f"llm:{self.model}"
 
     def messages(self, harness: Harness, dataset: ReflectiveDataset, budget: ProposalBudget) -> list[dict[str, Any]]:
+        """The prompt, kept under `max_prompt_chars`: the schema whole, the harness and the evidence clipped."""
+        system = SYSTEM.format(k=budget.max_edits)
+        schema = json.dumps(self._schema, separators=(",", ":"))
+        room = max(2000, self.max_prompt_chars - len(system) - len(schema) - 300)
+        harness_yaml = clip(harness.to_yaml(), room * 2 // 5)
         failures = [_failure_view(r, self.transcript_chars) for r in dataset.failures[:4]]
-        user = (f"Task family: {dataset.family}\n\nCurrent harness (YAML):\n{harness.to_yaml()}\n"
-                f"Failing rollouts ({len(dataset.failures)} of {len(dataset.records)}):\n"
-                f"{json.dumps(failures, indent=1)}\n\nAnswer schema:\n{json.dumps(self._schema)}")
-        return [{"role": "system", "content": SYSTEM.format(k=budget.max_edits)}, {"role": "user", "content": user}]
-
-    def _parse(self, harness: Harness, text: str) -> tuple[list[ProposedEdit], list[RejectedEdit]]:
-        """(valid edits, rejected pieces with errors) of one answer."""
-        try:
-            answer = _Answer.model_validate(extract_json(text))
-        except (ValueError, ValidationError) as e:
-            return [], [RejectedEdit(raw=clip(text, 2000), error=f"not a valid answer: {str(e)[:500]}")]
-        edits, rejected = [], []
-        for item in answer.edits:
-            try:
-                edits.append(ProposedEdit.model_validate({"edit": item.edit, "rationale": item.rationale}))
-            except ValidationError as e:
-                rejected.append(RejectedEdit(raw=clip(json.dumps(item.edit), 2000), error=f"invalid edit: {str(e)[:500]}"))
-        _, applied, invalid = apply_proposed(harness, edits)
-        return applied, rejected + invalid
+        evidence = clip(json.dumps(failures, indent=1), max(1000, room - len(harness_yaml)))
+        user = (f"Task family: {dataset.family}\n\nCurrent harness (YAML):\n{harness_yaml}\n"
+                f"Failing rollouts ({len(dataset.failures)} of {len(dataset.records)}):\n{evidence}\n\n"
+                f"Answer schema:\n{schema}")
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def propose(self, harness: Harness, dataset: ReflectiveDataset, budget: ProposalBudget,
                 rng: random.Random) -> Proposal:
@@ -131,7 +140,7 @@ class LlmReflector:
                 break
             attempts += 1
             cost += reply.cost_usd
-            valid, bad = self._parse(harness, reply.text)
+            valid, bad = parse_answer(harness, reply.text)
             edits = valid if len(valid) >= len(edits) else edits  # a worse retry does not lose a good answer
             rejected += bad
             if not bad or attempts > budget.max_retries:
