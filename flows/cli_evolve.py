@@ -60,6 +60,7 @@ def evolve(
     resume: Annotated[bool, typer.Option(help="Continue the search stored under --out (same settings).")] = False,
     harness: Annotated[str, typer.Option(help="Start harness: 'baseline' (h0) or a harness YAML/JSON file.")] = "baseline",
     minibatch: Annotated[int, typer.Option(min=1, help="Train items per reflection minibatch.")] = 3,
+    proposals: Annotated[int, typer.Option(min=1, help="Proposals per iteration (their rollouts run as one batch).")] = 1,
     train_n: Annotated[Optional[int], typer.Option(min=1, help="First N train instances (default all 20).")] = None,
     val_n: Annotated[int, typer.Option(min=1, max=20, help="First N val instances.")] = 20,
     val_seeds: Annotated[int, typer.Option(min=1, help="Rollout seeds per val instance.")] = 1,
@@ -84,7 +85,8 @@ def evolve(
     if family not in tasks.families():
         raise typer.BadParameter(f"unknown family '{family}'; available: {', '.join(tasks.families())}",
                                  param_hint="--family")
-    search = {"seeds": seeds, "minibatch_size": minibatch, "budget_rollouts": budget_rollouts,
+    search = {"seeds": seeds, "minibatch_size": minibatch, "proposals_per_iteration": proposals,
+              "budget_rollouts": budget_rollouts,
               "budget_reflector_usd": budget_usd, "budget_wall_s": budget_wall_s, "max_edits": max_edits}
     data: dict[str, object] = {"train_instances": train_n, "val_instances": val_n, "val_seeds": val_seeds,
                                "limits": Limits(max_turns=max_turns, wall_s=wall_s, max_tokens_per_turn=max_tokens),

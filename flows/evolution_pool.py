@@ -22,7 +22,7 @@ from agents.rollout import BLOCKED_PREFIX, Limits
 from flows.plan import model_signature
 from flows.store import RunStore, content_key
 from harness.context import content_chars
-from harness.evolution.protocols import Completion, OnResult
+from harness.evolution.protocols import Completion, OnResult, Request
 from harness.evolution.records import CallSummary, EvalItem, RolloutResult, TriggerEvent, cache_key
 from harness.evolution.transcript import clip, render_transcript
 from harness.program import Harness
@@ -65,11 +65,18 @@ class PoolEvaluator:
         return self._signature
 
     def __call__(self, harness: Harness, items: Sequence[EvalItem], on_result: OnResult | None = None) -> list[RolloutResult]:
-        jobs = [RolloutJob(instance=i.instance, harness=harness, model=self.role, seed=i.seed, limits=self.limits,
-                           tag=self.tag, tool_choice=self.tool_choice) for i in items]
-        keys = {j.key: cache_key(harness.id, j.instance.id, j.seed, self.signature) for j in jobs}
+        return self.evaluate_many([(harness, items)], on_result)[0]
+
+    def evaluate_many(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[list[RolloutResult]]:
+        """Every (harness, items) request as one stream of jobs on the pool (one parallel batch)."""
+        plans = []
+        for harness, items in requests:
+            jobs = [RolloutJob(instance=i.instance, harness=harness, model=self.role, seed=i.seed, limits=self.limits,
+                               tag=self.tag, tool_choice=self.tool_choice) for i in items]
+            plans.append(jobs)
+        keys = {j.key: cache_key(j.harness.id, j.instance.id, j.seed, self.signature) for jobs in plans for j in jobs}
         done: dict[str, RolloutResult] = {}
-        for traj in self.pool.stream(jobs):
+        for traj in self.pool.stream([j for jobs in plans for j in jobs]):
             key = keys[traj.id]
             self.store.write_trajectories(self.stage, key, [traj])
             result = result_from_trajectory(traj, key)
@@ -77,7 +84,7 @@ class PoolEvaluator:
             self.rollouts += 1
             if on_result is not None:
                 on_result(result)
-        return [done[j.key] for j in jobs]
+        return [[done[j.key] for j in jobs] for jobs in plans]
 
 
 def run_sync(coro: Any) -> Any:

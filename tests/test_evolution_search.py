@@ -36,7 +36,8 @@ def _broken_start(path: Path) -> Path:
 
 def _settings(start: Path, **kw: object) -> EvolveSettings:
     base = dict(family=FAMILY, student=ModelRole(model="oracle/{family}"), harness=str(start),
-                search=SearchConfig(family=FAMILY, seeds=2, minibatch_size=2, budget_rollouts=16),
+                search=SearchConfig(family=FAMILY, seeds=2, minibatch_size=2, budget_rollouts=16,
+                                    proposals_per_iteration=2),
                 train_instances=4, val_instances=3, limits=Limits(max_turns=8, wall_s=120))
     return EvolveSettings.model_validate({**base, **kw})
 
@@ -71,6 +72,7 @@ def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_pa
                 assert sum(c.minibatch_scores) <= sum(c.parent_minibatch_scores) and c.val_mean is None
         for seed in s.seeds:
             ledger = read_ledger(out / f"seed{seed.search_seed}" / "proposals.jsonl")
+            assert {task for _, task in ledger} == {0, 1}  # two proposals per iteration
             children = [c for c in lineage if c.search_seed == seed.search_seed and c.parent_id is not None]
             assert len(children) == seed.counts["children"] == sum(e.child_id is not None for e in ledger.values())
             assert seed.counts["proposals"] == len(ledger) and seed.curve[-1][1] == seed.best_val_mean

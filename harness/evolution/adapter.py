@@ -16,7 +16,7 @@ from typing import Any
 
 from gepa.core.adapter import EvaluationBatch
 
-from harness.evolution.protocols import Evaluator
+from harness.evolution.protocols import Evaluator, evaluate_many
 from harness.evolution.records import EvalItem, ReflectiveDataset, RolloutResult
 from harness.program import Harness
 
@@ -56,7 +56,11 @@ class HarnessAdapter:
                                trajectories=list(results) if capture_traces else None)
 
     def batch_evaluate(self, items: list[tuple[dict[str, str], list[EvalItem]]]) -> list[EvaluationBatch]:
-        return [self.evaluate(batch, cand, capture_traces=True) for cand, batch in items]
+        """Several (candidate, batch) pairs (an iteration's parents or children, or the validation passes of
+        several accepted children) as ONE parallel batch of rollouts."""
+        results = evaluate_many(self.evaluator, [(decode(cand), batch) for cand, batch in items])
+        return [EvaluationBatch(outputs=[r.summary() for r in rs], scores=[r.score for r in rs], trajectories=list(rs))
+                for rs in results]
 
     def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch,
                                 components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.evolution.protocols import Evaluator, OnResult
+from harness.evolution.protocols import Evaluator, OnResult, Request, evaluate_many
 from harness.evolution.records import EvalItem, RolloutResult, cache_key
 from harness.program import Harness
 
@@ -93,26 +93,34 @@ class CachedEvaluator:
         return cache_key(harness.id, item.instance.id, item.seed, self.signature)
 
     def __call__(self, harness: Harness, items: Sequence[EvalItem], on_result: OnResult | None = None) -> list[RolloutResult]:
-        keys = [self.key(harness, it) for it in items]
-        todo: dict[str, EvalItem] = {}
-        for k, it in zip(keys, items, strict=True):
-            if k not in self.cache and k not in todo:
-                todo[k] = it
-        self.hits += len(items) - len(todo)
+        return self.evaluate_many([(harness, items)], on_result)[0]
+
+    def evaluate_many(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[list[RolloutResult]]:
+        """Cached results where there are; every miss of every request goes to the evaluator in one batch."""
+        keys = [[self.key(h, it) for it in items] for h, items in requests]
+        todo: dict[str, tuple[Harness, EvalItem]] = {}
+        for (h, items), ks in zip(requests, keys, strict=True):
+            for k, it in zip(ks, items, strict=True):
+                if k not in self.cache and k not in todo:
+                    todo[k] = (h, it)
+        self.hits += sum(len(ks) for ks in keys) - len(todo)
         if todo:
             def record(r: RolloutResult) -> None:
                 self.cache.put(r)
                 if on_result is not None:
                     on_result(r)
 
-            fresh = self.inner(harness, list(todo.values()), record)
+            by_harness: dict[str, tuple[Harness, list[EvalItem]]] = {}
+            for h, it in todo.values():
+                by_harness.setdefault(h.id, (h, []))[1].append(it)
+            for batch in evaluate_many(self.inner, list(by_harness.values()), record):
+                for r in batch:
+                    if r.key not in todo:
+                        raise RuntimeError(f"evaluator returned result {r.key} for no requested item "
+                                           f"(its signature or cache_key use is inconsistent)")
+                    self.cache.put(r)  # idempotent; covers evaluators that do not call on_result
             self.misses += len(todo)
-            for r in fresh:
-                if r.key not in todo:
-                    raise RuntimeError(f"evaluator returned result {r.key} for no requested item "
-                                       f"(its signature or cache_key use is inconsistent)")
-                self.cache.put(r)  # idempotent; covers evaluators that do not call on_result
-        return [self.cache.get(k) or _missing(k) for k in keys]
+        return [[self.cache.get(k) or _missing(k) for k in ks] for ks in keys]
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "cached": len(self.cache)}

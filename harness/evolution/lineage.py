@@ -23,34 +23,47 @@ def _val(state: Any, idx: int, val_labels: Sequence[str]) -> tuple[dict[str, flo
     return scores, (sum(scores.values()) / len(scores) if scores else None)
 
 
-def build_lineage(state: Any, ledger: dict[int, ProposalLog], search_seed: int, train_labels: Sequence[str],
-                  val_labels: Sequence[str]) -> list[EvolutionCandidate]:
-    """One record for h0, then one per proposed child in iteration order (accepted or not)."""
+def _trace_tasks(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The (parent, minibatch) tasks of one GEPA iteration (older traces only have the first one's keys)."""
+    if entry.get("tasks"):
+        return list(entry["tasks"])
+    keys = ("selected_program_candidate", "subsample_ids", "subsample_scores", "new_subsample_scores")
+    return [{"parent_idx" if k == "selected_program_candidate" else k: entry[k] for k in keys if k in entry}]
+
+
+def build_lineage(state: Any, ledger: dict[tuple[int, int], ProposalLog], search_seed: int,
+                  train_labels: Sequence[str], val_labels: Sequence[str]) -> list[EvolutionCandidate]:
+    """One record for h0, then one per proposed child whose minibatch run finished (accepted or not).
+
+    GEPA's trace gives each iteration's tasks (parent, minibatch, scores before/after) and the candidates it
+    added; the ledger gives each proposal's parent, minibatch, child and edits. They are matched on (parent,
+    minibatch); a child is accepted when GEPA added a candidate with its harness id in that iteration.
+    """
     ids = [decode(c).id for c in state.program_candidates]
     scores, mean = _val(state, 0, val_labels)
     out = [EvolutionCandidate(search_seed=search_seed, iteration=0, harness_id=ids[0], parent_id=None, accepted=True,
                               val_scores=scores, val_mean=mean, rollouts_at_discovery=0)]
     for entry in state.full_program_trace:
         iteration = int(entry["i"]) + 1
-        prop = ledger.get(iteration)
-        if prop is None or prop.child_id is None or "new_subsample_scores" not in entry:
-            continue  # nothing was proposed (perfect minibatch, no valid edit) or the iteration did not finish
-        parent_idx = int(entry["selected_program_candidate"])
-        if ids[parent_idx] != prop.parent_id:
-            raise ValueError(f"ledger iteration {iteration} has parent {prop.parent_id}, GEPA's state "
-                             f"{ids[parent_idx]}: the ledger belongs to another search")
-        new_idx = entry.get("new_program_idx")
-        accepted = new_idx is not None
-        scores, mean = _val(state, new_idx, val_labels) if accepted else ({}, None)
-        out.append(EvolutionCandidate(
-            search_seed=search_seed, iteration=iteration, harness_id=prop.child_id, parent_id=prop.parent_id,
-            edits=prop.edits, rejected_edits=prop.rejected, accepted=accepted,
-            minibatch=[train_labels[i] for i in entry.get("subsample_ids", [])],
-            parent_minibatch_scores=[float(x) for x in entry.get("subsample_scores", [])],
-            minibatch_scores=[float(x) for x in entry["new_subsample_scores"]],
-            val_scores=scores, val_mean=mean,
-            rollouts_at_discovery=int(state.num_metric_calls_by_discovery[new_idx]) if accepted else 0,
-            reflector_cost_usd=prop.cost_usd))
+        added = {ids[j]: j for j in entry.get("new_program_indices", [])}
+        tasks = [t for t in _trace_tasks(entry) if "new_subsample_scores" in t]
+        for (it, _), prop in sorted(ledger.items()):
+            if it != iteration or prop.child_id is None:
+                continue
+            match = next((t for t in tasks if ids[int(t["parent_idx"])] == prop.parent_id
+                          and [train_labels[i] for i in t.get("subsample_ids", [])] == prop.minibatch), None)
+            if match is None:
+                continue  # the iteration did not finish (a kill) or the proposal was not evaluated
+            tasks.remove(match)
+            new_idx = added.get(prop.child_id)
+            scores, mean = _val(state, new_idx, val_labels) if new_idx is not None else ({}, None)
+            out.append(EvolutionCandidate(
+                search_seed=search_seed, iteration=iteration, harness_id=prop.child_id, parent_id=prop.parent_id,
+                edits=prop.edits, rejected_edits=prop.rejected, accepted=new_idx is not None, minibatch=prop.minibatch,
+                parent_minibatch_scores=[float(x) for x in match.get("subsample_scores", [])],
+                minibatch_scores=[float(x) for x in match["new_subsample_scores"]], val_scores=scores, val_mean=mean,
+                rollouts_at_discovery=int(state.num_metric_calls_by_discovery[new_idx]) if new_idx is not None else 0,
+                reflector_cost_usd=prop.cost_usd))
     return out
 
 

@@ -39,6 +39,7 @@ class EditProposer:
         self.ledger_path = Path(ledger_path)
         self.max_cost_usd = max_cost_usd
         self.iteration = 0
+        self.task = -1
         self.total_cost = 0.0
         self.counts: Counter[str] = Counter()
 
@@ -47,7 +48,10 @@ class EditProposer:
                  components_to_update: list[str]) -> dict[str, str]:
         parent = decode(candidate)
         dataset = dataset_from_gepa(self.family, candidate, reflective_dataset)
-        rng = random.Random(f"{self.search_seed}:propose:{self.iteration}:{parent.id}")
+        self.task += 1
+        rng = random.Random(f"{self.search_seed}:propose:{self.iteration}:{self.task}:{parent.id}")
+        where = {"search_seed": self.search_seed, "iteration": self.iteration, "task": self.task,
+                 "parent_id": parent.id, "minibatch": [f"{r.instance_id}#s{r.seed}" for r in dataset.records]}
         left = None if self.max_cost_usd is None else max(0.0, self.max_cost_usd - self.total_cost)
         budget = self.budget.model_copy(update={"max_cost_usd": left})
         self.counts["proposals"] += 1
@@ -56,8 +60,7 @@ class EditProposer:
         except Exception as e:  # noqa: BLE001 - a reflector bug is one failed proposal, logged, not a dead search
             log.exception("reflector %s failed", self.reflector.name)
             self.counts["reflector_errors"] += 1
-            self._log(ProposalLog(search_seed=self.search_seed, iteration=self.iteration, parent_id=parent.id,
-                                  child_id=None, status="reflector_error", error=f"{type(e).__name__}: {e}"))
+            self._log(ProposalLog(**where, child_id=None, status="reflector_error", error=f"{type(e).__name__}: {e}"))
             return {}
         self.total_cost += proposal.cost_usd
         edits = list(proposal.edits)
@@ -70,8 +73,7 @@ class EditProposer:
         self.counts["edits_rejected"] += len(rejected)
         ok = bool(applied)
         self.counts["children" if ok else "failed_proposals"] += 1
-        self._log(ProposalLog(search_seed=self.search_seed, iteration=self.iteration, parent_id=parent.id,
-                              child_id=child.id if ok else None, edits=applied, rejected=rejected,
+        self._log(ProposalLog(**where, child_id=child.id if ok else None, edits=applied, rejected=rejected,
                               cost_usd=proposal.cost_usd, attempts=proposal.attempts,
                               status="proposed" if ok else "no_valid_edit"))
         return encode(child) if ok else {}
@@ -79,6 +81,7 @@ class EditProposer:
     # --- GEPA callback ----------------------------------------------------------------------------
     def on_iteration_start(self, event: Mapping[str, Any]) -> None:
         self.iteration = int(event["iteration"])
+        self.task = -1
 
     # --- persistence (GEPA saves this with its state; restored on resume) ----------------------------
     def get_state(self) -> dict[str, Any]:
@@ -96,9 +99,9 @@ class EditProposer:
             os.fsync(f.fileno())
 
 
-def read_ledger(path: str | Path) -> dict[int, ProposalLog]:
-    """Iteration -> the last logged proposal of that iteration (a resumed search logs a redone one again)."""
-    out: dict[int, ProposalLog] = {}
+def read_ledger(path: str | Path) -> dict[tuple[int, int], ProposalLog]:
+    """(iteration, task) -> the last logged proposal (a resumed search logs a redone iteration again)."""
+    out: dict[tuple[int, int], ProposalLog] = {}
     p = Path(path)
     if not p.exists():
         return out
@@ -112,5 +115,5 @@ def read_ledger(path: str | Path) -> dict[int, ProposalLog]:
             if n == len(lines):
                 continue  # torn by a kill
             raise ValueError(f"{p}:{n}: not a proposal log entry") from None
-        out[entry.iteration] = entry
+        out[(entry.iteration, entry.task)] = entry
     return out

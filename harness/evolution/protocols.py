@@ -33,6 +33,9 @@ class Evaluator(Protocol):
     - Never raise for one rollout's failure: it is a result with its score (0) and `error`. Raise only for a
       systemic failure (no model server, a broken pool); the search then stops and can be resumed.
     - Do not mutate `harness` or the items.
+    - Optionally `evaluate_many(requests, on_result)`: several `(harness, items)` requests as ONE parallel batch,
+      one result list per request (same contract per request). `evaluate_many()` below falls back to one call
+      per request for evaluators without it.
     """
 
     @property
@@ -87,6 +90,18 @@ class Reflector(Protocol):
 
     def propose(self, harness: Harness, dataset: ReflectiveDataset, budget: ProposalBudget,
                 rng: random.Random) -> Proposal: ...
+
+
+Request = tuple[Harness, Sequence[EvalItem]]
+
+
+def evaluate_many(evaluator: Evaluator, requests: Sequence[Request],
+                  on_result: OnResult | None = None) -> list[list[RolloutResult]]:
+    """Every request through the evaluator, as one batch when it can (`evaluate_many`), else one by one."""
+    many = getattr(evaluator, "evaluate_many", None)
+    if many is not None:
+        return many(requests, on_result)
+    return [evaluator(h, items, on_result) for h, items in requests]
 
 
 def items_for(instances: Sequence[Any], seeds: Sequence[int]) -> list[EvalItem]:

@@ -178,7 +178,9 @@ class ProposalLog(_Frozen):
 
     search_seed: int
     iteration: int
+    task: int = Field(default=0, ge=0, description="Which proposal of the iteration (multi-proposal sampling).")
     parent_id: str
+    minibatch: list[str] = Field(default_factory=list, description="EvalItem labels the reflector saw.")
     child_id: str | None
     edits: list[ProposedEdit] = Field(default_factory=list)
     rejected: list[RejectedEdit] = Field(default_factory=list)

@@ -16,30 +16,50 @@ from typing import Any
 from gepa.gepa_utils import select_program_candidate_from_pareto_front
 
 
-def _rng(seed: int, what: str, n: int) -> random.Random:
-    return random.Random(f"{seed}:{what}:{n}")
+def _rng(seed: int, what: str, *n: int) -> random.Random:
+    return random.Random(f"{seed}:{what}:" + ":".join(map(str, n)))
+
+
+class _PerIteration:
+    """Counts calls within one GEPA iteration (multi-proposal sampling calls a strategy once per task)."""
+
+    def __init__(self) -> None:
+        self._iteration: int | None = None
+        self._calls = 0
+
+    def call_index(self, iteration: int) -> int:
+        if iteration == self._iteration:
+            self._calls += 1
+        else:
+            self._iteration, self._calls = iteration, 0
+        return self._calls
 
 
 class ParetoSelector:
-    """Candidate selection from the instance-level Pareto front (GEPA's `pareto`), drawn per iteration."""
+    """Candidate selection from the instance-level Pareto front (GEPA's `pareto`), drawn per (iteration, call)."""
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
+        self._calls = _PerIteration()
 
     def select_candidate_idx(self, state: Any) -> int:
+        rng = _rng(self.seed, "select", state.i, self._calls.call_index(state.i))
         return select_program_candidate_from_pareto_front(
-            state.get_pareto_front_mapping(), state.per_program_tracked_scores, _rng(self.seed, "select", state.i))
+            state.get_pareto_front_mapping(), state.per_program_tracked_scores, rng)
 
 
 class EpochSampler:
     """Minibatches of `size` train ids: each epoch a fresh shuffle (seeded by search seed and epoch), padded
-    to a multiple of `size` with the least frequent ids, then consumed in order (GEPA's `epoch_shuffled`)."""
+    to a multiple of `size` with the least frequent ids, then consumed in order (GEPA's `epoch_shuffled`).
+    With `per_iteration` tasks per iteration, call k of iteration i takes slot i * per_iteration + k."""
 
-    def __init__(self, size: int, seed: int) -> None:
-        if size < 1:
-            raise ValueError(f"minibatch size must be >= 1, got {size}")
+    def __init__(self, size: int, seed: int, per_iteration: int = 1) -> None:
+        if size < 1 or per_iteration < 1:
+            raise ValueError(f"minibatch size and tasks per iteration must be >= 1, got {size}, {per_iteration}")
         self.size = size
         self.seed = seed
+        self.per_iteration = per_iteration
+        self._calls = _PerIteration()
 
     def epoch_order(self, ids: list[Any], epoch: int) -> list[Any]:
         order = list(ids)
@@ -56,7 +76,8 @@ class EpochSampler:
         if not ids:
             raise ValueError("cannot sample a minibatch from an empty train set")
         padded = len(ids) + (-len(ids)) % self.size
-        start = state.i * self.size
+        slot = state.i * self.per_iteration + min(self._calls.call_index(state.i), self.per_iteration - 1)
+        start = slot * self.size
         order = self.epoch_order(ids, start // padded)
         offset = start % padded
         return order[offset: offset + self.size]

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import gepa
 from gepa.core.state import GEPAState
+from gepa.strategies.proposal_sampling import IndependentSampling
 from gepa.utils import MaxReflectionCostStopper
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +50,8 @@ class SearchConfig(BaseModel):
     family: str
     seeds: int = Field(default=3, ge=1, description="Search seeds 0..N-1 (independent GEPA runs); h* = best of all.")
     minibatch_size: int = Field(default=3, ge=1, description="Train items per reflection minibatch.")
+    proposals_per_iteration: int = Field(default=1, ge=1, description="Parents (each with its own minibatch) "
+                                         "per iteration; their rollouts run as one batch, keeping the pool busy.")
     budget_rollouts: int = Field(ge=1, description="Evaluations per search seed (GEPA's max_metric_calls).")
     budget_reflector_usd: float | None = Field(default=None, gt=0, description="Reflector dollars per search seed.")
     budget_wall_s: float | None = Field(default=None, gt=0, description="Wall seconds per search seed.")
@@ -120,10 +123,11 @@ def check_budget(config: SearchConfig, n_train: int, n_val: int) -> None:
     """A budget that cannot pay for one validation pass plus one proposal is a config error, named."""
     if n_train < 1 or n_val < 1:
         raise ValueError(f"the search needs train and validation items (got {n_train} train, {n_val} val)")
-    need = n_val + 2 * config.minibatch_size
+    need = n_val + 2 * config.minibatch_size * config.proposals_per_iteration
     if config.budget_rollouts < need:
         raise ValueError(f"budget_rollouts {config.budget_rollouts} cannot pay for one validation pass ({n_val}) "
-                         f"and one proposal (2 x minibatch {config.minibatch_size}); give at least {need}")
+                         f"and one iteration (2 x minibatch {config.minibatch_size} x {config.proposals_per_iteration} "
+                         f"proposals); give at least {need}")
 
 
 def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], evaluator: CachedEvaluator,
@@ -142,7 +146,9 @@ def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], e
         seed_candidate=encode(h0), trainset=list(train), valset=list(val),
         adapter=HarnessAdapter(evaluator, config.family, persist=proposer),
         custom_candidate_proposer=proposer, candidate_selection_strategy=ParetoSelector(seed),
-        batch_sampler=EpochSampler(config.minibatch_size, seed), frontier_type="instance",
+        batch_sampler=EpochSampler(config.minibatch_size, seed, config.proposals_per_iteration),
+        sampling_strategy=IndependentSampling(config.proposals_per_iteration) if config.proposals_per_iteration > 1
+        else None, frontier_type="instance",
         acceptance_criterion=config.acceptance, max_metric_calls=config.budget_rollouts,
         stop_callbacks=stoppers or None, run_dir=str(run_dir), callbacks=[proposer],
         logger=_FileLogger(seed_dir / "search_log.txt"), seed=seed, skip_perfect_score=True, perfect_score=1.0,
