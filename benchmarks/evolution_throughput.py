@@ -12,8 +12,9 @@
 3. Pool: resets the prefix cache and runs exactly the rollouts the search ran (same harnesses, instances,
    seeds, sampling) through the same `RolloutPool` as one batch. Reports rollouts/s of both and the ratio
    (target >= 0.8: the search keeps the pool busy).
-4. Resume: runs the finished search again from its state and cache; reports the cache hit rate (target 100%
-   of completed evaluations) and the requests the server saw meanwhile (target 0).
+4. Resume: runs the finished search again from its state and cache, then the whole search again from
+   scratch (no GEPA state) over a copy of its cache; reports the cache hit rates (target 100% of completed
+   evaluations), whether the replay ends with the same h*, and the server requests meanwhile (target 0).
 Prints a JSON line with every figure at the end.
 """
 
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -118,9 +120,9 @@ def main() -> None:
         val = items_for(tasks.instances(fam, "val", args.val_n), [0])
         out = tmp / "evolution" / fam
         with RolloutPool(args.actors, concurrency_per_server=args.concurrency) as pool:
-            def evaluator() -> tuple[CachedEvaluator, Recorder]:
+            def evaluator(where: Path = out) -> tuple[CachedEvaluator, Recorder]:
                 rec = Recorder(PoolEvaluator(pool, role, limits, store, f"evolve/{fam}", tool_choice="required"))
-                return CachedEvaluator(rec, ResultCache(out / "cache.jsonl")), rec
+                return CachedEvaluator(rec, ResultCache(where / "cache.jsonl")), rec
 
             reset_prefix_cache(api_base)
             search_ev, rec = evaluator()
@@ -134,8 +136,15 @@ def main() -> None:
             trajs = pool.run(jobs)
             pool_s = time.perf_counter() - t0
             before = server_requests(api_base)
-            resume_ev, rec2 = evaluator()
+            resume_ev, _ = evaluator()
             run_search(baseline(fam), train, val, resume_ev, make_reflector("library", fam), config, out)
+            # the whole search again from scratch (no GEPA state), over a copy of the cache: every evaluation
+            # it asks for must be a hit, and it must end with the same h*
+            replay = tmp / "replay"
+            replay.mkdir()
+            shutil.copy(out / "cache.jsonl", replay / "cache.jsonl")
+            replay_ev, _ = evaluator(replay)
+            again = run_search(baseline(fam), train, val, replay_ev, make_reflector("library", fam), config, replay)
             resume_requests = server_requests(api_base) - before
         n = result.evaluations_run
         turns = sum(len(t.turns) for t in trajs)
@@ -146,12 +155,17 @@ def main() -> None:
               f"{result.evaluations_cached} evaluations from the cache)")
         print(f"pool  : {len(trajs)} rollouts ({turns} turns) in {pool_s:.1f} s = {pool_rps:.3f} rollouts/s")
         print(f"ratio : {search_rps / pool_rps:.3f}  (target >= 0.8)")
+        replay_rate = replay_ev.hits / max(1, replay_ev.hits + replay_ev.misses)
         print(f"resume: cache hits {resume_ev.hits}, misses {resume_ev.misses}: hit rate {100 * hit_rate:.1f}% "
-              f"(target 100%); server requests during the resume {resume_requests:.0f}")
+              f"(target 100%)")
+        print(f"replay: the search from scratch over the cache: hits {replay_ev.hits}, misses {replay_ev.misses}: "
+              f"hit rate {100 * replay_rate:.1f}%, same h* {again.best_id == result.best_id}; server requests "
+              f"during resume + replay {resume_requests:.0f}")
         print(json.dumps({"family": fam, "rollouts": n, "search_s": round(search_s, 2), "pool_s": round(pool_s, 2),
                           "search_rps": round(search_rps, 4), "pool_rps": round(pool_rps, 4),
                           "ratio": round(search_rps / pool_rps, 4), "turns": turns, "resume_hits": resume_ev.hits,
-                          "resume_misses": resume_ev.misses, "resume_server_requests": resume_requests,
+                          "resume_misses": resume_ev.misses, "replay_hits": replay_ev.hits,
+                          "replay_misses": replay_ev.misses, "resume_server_requests": resume_requests,
                           "proposals": args.proposals, "budget": args.budget, "minibatch": args.minibatch,
                           "concurrency": args.concurrency}))
     finally:

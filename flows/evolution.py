@@ -72,6 +72,16 @@ class EvolveSettings(BaseModel):
     concurrency_per_server: int = Field(default=8, ge=1)
     transfer: TransferSettings | None = None
 
+    def identity(self) -> dict[str, Any]:
+        """What a resume must match: everything but where the models are served and how much runs at once."""
+        data = self.model_dump(mode="json", exclude={"actors", "concurrency_per_server"})
+        for role in ("student", "reflector_role"):
+            if data.get(role):
+                data[role].pop("api_base", None)
+        if data.get("transfer"):
+            data["transfer"]["expert"].pop("api_base", None)
+        return data
+
     def student_role(self) -> ModelRole:
         return self.student.model_copy(update={"model": self.student.model.format(family=self.family)})
 
@@ -124,9 +134,9 @@ def check_settings(out: Path, settings: EvolveSettings, resume: bool) -> None:
     if path.exists() and not resume:
         raise FileExistsError(f"{out} already holds a search; resume it or choose another run directory")
     if resume and path.exists():
-        stored = EvolveSettings.model_validate_json(path.read_text())
-        if stored != settings:
-            changed = sorted(k for k in settings.model_fields if getattr(stored, k) != getattr(settings, k))
+        stored, now = EvolveSettings.model_validate_json(path.read_text()).identity(), settings.identity()
+        if stored != now:
+            changed = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
             raise ValueError(f"{out}: the stored search has other settings ({', '.join(changed)}); a resume must "
                              "use the same ones")
     out.mkdir(parents=True, exist_ok=True)
@@ -200,8 +210,9 @@ def upward_transfer(settings: EvolveSettings, store: RunStore, pool: RolloutPool
     items = items_for(tasks.instances(fam, "test", t.test_instances), range(t.seeds))
     ev = CachedEvaluator(PoolEvaluator(pool, expert, settings.limits, store, stage, tag="transfer"),
                          ResultCache(evolution_dir(store, fam) / "transfer_cache.jsonl"))
+    results = ev.evaluate_many([(h0, items), (h_star, items)])  # one parallel batch
     rows = [{"pair": name, "family": fam, "instance_id": r.instance_id, "seed": r.seed, "passed": r.passed}
-            for name, h in (("h0", h0), ("h*", h_star)) for r in ev(h, items)]
+            for name, rs in zip(("h0", "h*"), results, strict=True) for r in rs]
     schema = {"pair": pl.String(), "family": pl.String(), "instance_id": pl.String(), "seed": pl.Int64(),
               "passed": pl.Boolean()}
     frame = pl.DataFrame(rows, schema=schema)
