@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class Recorder:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.requests: list[tuple[Any, list[Any]]] = []
+        self.batches: list[tuple[int, float]] = []  # (rollouts, seconds) of each batch sent to the pool
 
     @property
     def signature(self) -> str:
@@ -62,7 +64,10 @@ class Recorder:
 
     def evaluate_many(self, requests: Sequence[tuple[Any, Sequence[Any]]], on_result: Any = None) -> list[list[Any]]:
         self.requests += [(h, list(items)) for h, items in requests]
-        return self.inner.evaluate_many(requests, on_result)
+        t0 = time.perf_counter()
+        out = self.inner.evaluate_many(requests, on_result)
+        self.batches.append((sum(len(items) for _, items in requests), time.perf_counter() - t0))
+        return out
 
 
 def parse_args() -> argparse.Namespace:
@@ -153,8 +158,18 @@ def main() -> None:
         print(f"search: {n} rollouts in {search_s:.1f} s = {search_rps:.3f} rollouts/s "
               f"({result.seeds[0].iterations} iterations, {args.proposals} proposals each, "
               f"{result.evaluations_cached} evaluations from the cache)")
-        print(f"pool  : {len(trajs)} rollouts ({turns} turns) in {pool_s:.1f} s = {pool_rps:.3f} rollouts/s")
-        print(f"ratio : {search_rps / pool_rps:.3f}  (target >= 0.8)")
+        stops = Counter(t.stop_reason for t in trajs)
+        search_turns = sum(r.n_turns for r in search_ev.cache.results())
+        print(f"pool  : {len(trajs)} rollouts ({turns} turns, search {search_turns}; stops {dict(stops)}) in "
+              f"{pool_s:.1f} s = {pool_rps:.3f} rollouts/s")
+        errors = [t.error for t in trajs if t.error][:2]
+        if errors:
+            print(f"pool errors: {errors}")
+        in_batches = sum(t for _, t in rec.batches)
+        sizes = [n for n, _ in rec.batches]
+        print(f"ratio : {search_rps / pool_rps:.3f}  (target >= 0.8); the search spent {in_batches:.1f} s of "
+              f"{search_s:.1f} s in {len(sizes)} pool batches of {min(sizes)}-{max(sizes)} rollouts (mean "
+              f"{sum(sizes) / len(sizes):.1f}), the rest in GEPA, reflection and bookkeeping")
         replay_rate = replay_ev.hits / max(1, replay_ev.hits + replay_ev.misses)
         print(f"resume: cache hits {resume_ev.hits}, misses {resume_ev.misses}: hit rate {100 * hit_rate:.1f}% "
               f"(target 100%)")
