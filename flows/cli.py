@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_train",
     "flows.cli_run",
     "flows.cli_attribute",
+    "flows.cli_evolve",
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -200,3 +200,43 @@ def apply_edits(h: Harness, edits: Sequence[HarnessEdit | dict[str, Any]]) -> Ha
         except EditError as err:
             raise EditError(err.reason, index=i) from None
     return out
+
+
+# --- edit kinds added for the harness search (harness/evolution) ----------------------------------------
+# Appended (not merged into the union above) so parallel work on the kinds above merges cleanly; the union,
+# the parser and `apply_edit` below are the complete set.
+
+class SetToolExamples(_Edit):
+    """Set (or clear, with []) the argument examples appended to a tool's description."""
+
+    op: Literal["set_tool_examples"] = "set_tool_examples"
+    tool: str
+    examples: list[dict[str, Any]] = Field(max_length=5, description="Argument objects, e.g. [{\"path\": \"policy.md\"}].")
+
+
+_BASE_EDIT_KINDS = HarnessEdit
+_ADDED_EDIT_KINDS: tuple[type[_Edit], ...] = (SetToolExamples,)
+HarnessEdit = Annotated[  # type: ignore[misc]
+    Union[(*get_args(get_args(_BASE_EDIT_KINDS)[0]), *_ADDED_EDIT_KINDS)],  # noqa: UP007 - built from a tuple
+    Field(discriminator="op"),
+]
+_ADAPTER = TypeAdapter(HarnessEdit)
+_apply_base_edit = apply_edit
+
+
+def apply_edit(h: Harness, edit: HarnessEdit) -> Harness:  # type: ignore[no-redef]
+    """Apply one edit (every kind, the added ones included); raises EditError with the reason."""
+    if not isinstance(edit, SetToolExamples):
+        return _apply_base_edit(h, edit)
+    _need_tool(h, edit.tool)
+    data = h.model_dump(mode="json")
+    if edit.examples:
+        data["tools"]["examples"][edit.tool] = edit.examples
+    elif edit.tool in data["tools"]["examples"]:
+        del data["tools"]["examples"][edit.tool]
+    else:
+        raise EditError(f"tool '{edit.tool}' has no examples to clear")
+    try:
+        return Harness.model_validate(data)
+    except ValidationError as e:
+        raise EditError(f"the edited harness is invalid: {_short(e)}") from None

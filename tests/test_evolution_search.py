@@ -1,0 +1,109 @@
+"""The harness search end to end on the Ray rollout pool, with a student whose failures a harness can cause.
+
+The oracle policy (`oracle/<family>`) ignores what a harness says, but not what a harness does: a start
+harness with a hook that blocks its writes makes it fail every instance. The library reflector must find
+that in the evidence (the blocked calls and the hook that fired) and remove the cause; GEPA must accept the fix on the minibatch and on validation. This checks the machinery against a
+known answer (which edits remove the fault); the flawed student will check it against injected faults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.pool import RolloutPool
+from agents.records import ModelRole
+from agents.rollout import Limits
+from agents.trajectory_table import read_frame
+from flows.evolution import EvolveSettings, TransferSettings, run_evolution
+from flows.store import RunStore
+from harness import Harness, apply_edits, baseline
+from harness.evolution import SearchConfig, read_lineage, reconstruct
+from harness.evolution.cache import read_results
+from harness.evolution.proposer import read_ledger
+
+FAMILY = "payroll_audit"
+
+
+def _broken_start(path: Path) -> Path:
+    h = apply_edits(baseline(FAMILY), [
+        {"op": "add_hook", "hook": {"id": "no-writes", "when": {"on": "before_tool_call", "tool": "write_file"},
+                                    "then": {"do": "block", "message": "writing is disabled"}}},
+    ])
+    return h.dump(path)
+
+
+def _settings(start: Path, **kw: object) -> EvolveSettings:
+    base = dict(family=FAMILY, student=ModelRole(model="oracle/{family}"), harness=str(start),
+                search=SearchConfig(family=FAMILY, seeds=2, minibatch_size=2, budget_rollouts=16,
+                                    proposals_per_iteration=2),
+                train_instances=4, val_instances=3, limits=Limits(max_turns=8, wall_s=120))
+    return EvolveSettings.model_validate({**base, **kw})
+
+
+def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_path: Path, ray_local: None) -> None:
+    store = RunStore(tmp_path / "runs", "evo")
+    start = _broken_start(tmp_path / "broken.yaml")
+    transfer = TransferSettings(expert=ModelRole(model="oracle/{family}"), test_instances=2, seeds=1)
+    settings = _settings(start, transfer=transfer)
+    with RolloutPool(2) as pool:
+        summary = run_evolution(settings, store, Path("/"), pool)
+        out = Path(summary.out_dir)
+        s = summary.search
+        h0, h_star = Harness.load(out / "h0.yaml"), Harness.load(out / "h_star.yaml")
+        assert h0.id == Harness.load(start).id and s.h0_val_mean == 0.0
+        assert s.best_val_mean == 1.0 and h_star.id == s.best_id != h0.id
+        assert h_star.hook("no-writes") is None
+        assert "removed hook:no-writes" in (out / "diff_h0_h_star.txt").read_text()
+
+        # the lineage alone rebuilds h* from h0; every record is consistent with GEPA's decisions
+        lineage = read_lineage(out / "lineage.jsonl")
+        assert reconstruct(h0, lineage, h_star.id).id == h_star.id
+        ids = {c.harness_id for c in lineage}
+        for c in lineage:
+            assert c.parent_id is None or c.parent_id in ids
+            if c.parent_id is None:
+                continue
+            assert c.edits and all(pe.rationale for pe in c.edits)
+            if c.accepted:
+                assert sum(c.minibatch_scores) > sum(c.parent_minibatch_scores) and len(c.val_scores) == 3
+            else:
+                assert sum(c.minibatch_scores) <= sum(c.parent_minibatch_scores) and c.val_mean is None
+        for seed in s.seeds:
+            ledger = read_ledger(out / f"seed{seed.search_seed}" / "proposals.jsonl")
+            assert {task for _, task in ledger} == {0, 1}  # two proposals per iteration
+            children = [c for c in lineage if c.search_seed == seed.search_seed and c.parent_id is not None]
+            assert len(children) == seed.counts["children"] == sum(e.child_id is not None for e in ledger.values())
+            assert seed.counts["proposals"] == len(ledger) and seed.curve[-1][1] == seed.best_val_mean
+        assert any(r["in_h_star"] and r["op"] == "remove_hook" for r in summary.accepted_edits)
+
+        # every evaluation ran once, is cached by content key, and its trajectory is in the run store
+        cached = read_results(out / "cache.jsonl")
+        frame = read_frame(store.root / "trajectories" / "evolve" / FAMILY)
+        assert s.evaluations_run == len(cached) == frame.height == frame["id"].n_unique()
+        assert {r.trajectory_id for r in cached} == set(frame["id"])
+        assert s.evaluations_cached > 0  # h0's validation pass is shared by the two search seeds
+        assert (out / "validation_curve.png").stat().st_size > 5000
+
+        # upward transfer: the expert on h0 and h* on the test split, paired
+        t = summary.transfer
+        assert t is not None and t.h0_success == 0.0 and t.h_star_success == 1.0
+        assert t.diff.diff == 1.0 and t.diff.ci_low > 0 and t.diff.n_units == 2
+
+        # run again: the search resumes from GEPA's state, every evaluation comes from the cache
+        again = run_evolution(settings, store, Path("/"), pool, resume=True)
+        assert again.search.evaluations_run == 0 and again.search.best_id == s.best_id
+        assert read_lineage(out / "lineage.jsonl") == lineage
+        with pytest.raises(FileExistsError, match="already holds a search"):
+            run_evolution(settings, store, Path("/"), pool)
+        with pytest.raises(ValueError, match="other settings"):
+            run_evolution(_settings(start, val_instances=2), store, Path("/"), pool, resume=True)
+
+
+def test_budget_too_small_for_one_proposal_is_a_named_error(tmp_path: Path, ray_local: None) -> None:
+    store = RunStore(tmp_path / "runs", "evo")
+    settings = _settings(_broken_start(tmp_path / "broken.yaml"),
+                         search=SearchConfig(family=FAMILY, seeds=1, minibatch_size=2, budget_rollouts=5))
+    with RolloutPool(1) as pool, pytest.raises(ValueError, match="budget_rollouts 5 cannot pay"):
+        run_evolution(settings, store, Path("/"), pool)
