@@ -79,7 +79,7 @@ def evolve(
     """Evolve a harness for one family (GEPA over typed edits), write h*, its lineage, diff and curve."""
     configure_prefect_env()
     import tasks
-    from agents.rollout import Limits
+    from agents.jobs import Limits
     from flows.store import RunStore
 
     if family not in tasks.families():

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import tasks
 from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import ModelRole, ToolChoice
-from agents.rollout import Limits
+from agents.jobs import Limits
 from analysis.curves import step_curves
 from analysis.stats import PairedDiff, paired_bootstrap
 from flows.evolution_pool import ModelCompletion, PoolEvaluator

@@ -16,15 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.client import ModelClient
-from agents.pool import RolloutJob, RolloutPool
+from agents.jobs import Limits, RolloutJob
+from agents.pool import RolloutPool
 from agents.records import ModelRole, ToolChoice, Trajectory
-from agents.rollout import BLOCKED_PREFIX, Limits
 from flows.plan import model_signature
 from flows.store import RunStore, content_key
 from harness.context import content_chars
 from harness.evolution.protocols import Completion, OnResult, Request
 from harness.evolution.records import CallSummary, EvalItem, RolloutResult, TriggerEvent, cache_key
 from harness.evolution.transcript import clip, render_transcript
+from harness.hooks import BLOCKED_PREFIX
 from harness.program import Harness
 
 EVOLVE_TAG = "evolve"
@@ -75,10 +76,11 @@ class PoolEvaluator:
                                tag=self.tag, tool_choice=self.tool_choice) for i in items]
             plans.append(jobs)
         keys = {j.key: cache_key(j.harness.id, j.instance.id, j.seed, self.signature) for jobs in plans for j in jobs}
+        harnesses = {h.id: h for h, _ in requests}
         done: dict[str, RolloutResult] = {}
         for traj in self.pool.stream([j for jobs in plans for j in jobs]):
             key = keys[traj.id]
-            self.store.write_trajectories(self.stage, key, [traj])
+            self.store.write_trajectories(self.stage, key, [traj], harnesses=[harnesses[traj.harness_id]])
             result = result_from_trajectory(traj, key)
             done[traj.id] = result
             self.rollouts += 1
