@@ -45,6 +45,8 @@ CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--disable-extensions")
 _REF_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,120}$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9+]{1,40}$")
+# Chromium's words for a load our route or the deny proxy stopped
+_BLOCKED_SIGNS = ("ERR_BLOCKED_BY_CLIENT", "ERR_PROXY_CONNECTION_FAILED", "chrome-error://")
 
 
 def chromium_path() -> str:
@@ -116,6 +118,9 @@ class BrowserSession:
             raise ToolError(f"the page did not respond within {self.hard_limit_s:.0f} s and was killed; the browser "
                             "will restart on the next action (open a page again with goto)") from None
         except PlaywrightError as e:
+            if any(sign in str(e) for sign in _BLOCKED_SIGNS):
+                await asyncio.sleep(0.1)  # the request events of the blocked navigation may still be queued
+                raise ToolError(self._blocked_message()) from None
             if self._blocked:
                 raise ToolError(self._blocked_message()) from None
             if self._page_crashed or self._browser is None or not self._browser.is_connected():
@@ -345,7 +350,7 @@ class BrowserSession:
         return out
 
     def _blocked_message(self) -> str:
-        blocked = self._blocked[0]
+        blocked = self._blocked[0] if self._blocked else "another server"
         self._blocked.clear()
         return f"navigation to '{blocked[:200]}' was blocked: only pages of this shop server can be opened"
 
