@@ -12,8 +12,9 @@ snapshot)` and `CHECK_NAMES`), and `__init__.py` declaring the `Family`.
 - `tools()` lists `ToolSpec`s; `call(name, arguments)` never raises: an unknown tool, invalid JSON,
   missing/extra/mistyped arguments, a huge string or a tool's own `ToolError` all come back as
   `ToolResult(is_error=True)` with a message the model can act on, and nothing is half-written.
-- Synchronous tools run in a thread pool (`tasks.tooling.off_loop`), one call of an environment at a time;
-  async tools run on the caller's loop. Either way the loop is never blocked by a tool.
+- Synchronous tools run in a thread pool (`tasks.tooling.off_loop`), async tools on the caller's loop, so a
+  tool never blocks the loop. Callers await one call of an environment at a time (the rollout loop does);
+  calls of different environments may overlap.
 - Tools are deterministic: no wall-clock time, no unseeded randomness. The same instance and the same
   call sequence give the same results and the same state (`replay`), up to the volatile parts that
   `Family.normalize_result` names (temp paths, ports, durations).

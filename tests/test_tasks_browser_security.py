@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import socket
 import threading
 import urllib.error
 import urllib.parse
@@ -99,6 +100,17 @@ def test_out_of_range_query_values_get_400_not_a_crash() -> None:
             assert _status(f"{base}/customers/" + "1" * 5000) == 404  # not an id
         finally:
             urllib.request.install_opener(urllib.request.build_opener())
+
+
+def test_bad_content_length_gets_an_answer_not_a_hang() -> None:
+    with WA.make_env(WA.generate(0)) as env:
+        env.reset()
+        assert env.server is not None
+        for declared in ["-5", "abc", "9" * 40, "1e3"]:
+            with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as s:
+                s.sendall(f"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n".encode())
+                status = s.recv(200).split(b"\r\n")[0]
+            assert status.split()[1] in (b"400", b"413"), (declared, status)
 
 
 async def test_login_next_cannot_lead_the_browser_off_the_shop(service: _Service) -> None:

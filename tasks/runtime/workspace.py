@@ -4,7 +4,8 @@ command tools declared once (`shell`, `python`, `read_file`, `write_file`, `edit
 File tools run in our process, so they check every path themselves: relative to the workspace (or under
 `/workspace/`, the path commands see), no `..` component, and the resolved path (symlinks followed) must stay
 inside the workspace. Writes go to a temporary file first and are renamed into place, so a refused or failed
-call leaves nothing half-written. Commands run in `tasks.runtime.sandbox.Sandbox`. `workspace_copy()` is
+call leaves nothing half-written. Commands run in `tasks.runtime.sandbox.Sandbox`. The workspace is a
+capped tmpfs where we may mount (`tasks.runtime.disk.make_workspace`), so its disk cap holds for every tool. `workspace_copy()` is
 the frozen copy of the directory that verifiers which run code read (`tasks.runtime.workspace_copy`).
 """
 
