@@ -117,7 +117,8 @@ class ShopApp:
             except BadRequest as e:
                 return Response(status=400, body=P.layout("Bad request", "", error=str(e)))
             except (ValueError, OverflowError):  # a value no validator above caught: still an answer, not a crash
-                return Response(status=400, body=P.layout("Bad request", "", error="A value in the request is out of range."))
+                return Response(status=400, body=P.layout("Bad request", "", error="A value in the request is out of "
+                                                                                  "range."))
 
     def _route(self, req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
@@ -341,8 +342,9 @@ class ShopApp:
     # --- stock ------------------------------------------------------------------------------------
     def _stock(self, req: Request) -> Response:
         cat, below, status = req.arg("category"), req.arg("below"), req.arg("status")
+        limit = whole_number(below)
         sql, params = where([(bool(cat), "category = ?", [cat]),
-                             (whole_number(below) is not None, "stock < ?", [whole_number(below)] if whole_number(below) is not None else []),
+                             (limit is not None, "stock < ?", [limit]),
                              (bool(status), "status = ?", [status])])
         rows = self._con.execute(f"SELECT * FROM products WHERE {sql} ORDER BY sku", params).fetchall()
         form = self._filter_form("/stock", P.select("category", "Category", [("", "All categories")] + [(c, c) for c in CATEGORIES], cat)
@@ -449,9 +451,10 @@ class ShopApp:
     # --- reviews ----------------------------------------------------------------------------------
     def _reviews(self, req: Request) -> Response:
         product, status, rating = req.arg("product"), req.arg("status"), req.arg("rating")
+        stars = whole_number(rating, 1)
         sql, params = where([(bool(product), "(LOWER(p.name) LIKE ? OR LOWER(p.sku) LIKE ?)", [f"%{product.lower()}%"] * 2),
                              (bool(status), "r.status = ?", [status]),
-                             (whole_number(rating, 1) is not None, "r.rating = ?", [int(rating)] if whole_number(rating, 1) is not None else [])])
+                             (stars is not None, "r.rating = ?", [stars])])
         base = "FROM reviews r JOIN products p ON p.sku = r.sku WHERE " + sql
         rows, page, total = self._paged(req, f"SELECT COUNT(*) {base}", f"SELECT r.*, p.name AS pname {base} ORDER BY r.id",
                                         params)
