@@ -12,6 +12,9 @@ snapshot)` and `CHECK_NAMES`), and `__init__.py` declaring the `Family`.
 - `tools()` lists `ToolSpec`s; `call(name, arguments)` never raises: an unknown tool, invalid JSON,
   missing/extra/mistyped arguments, a huge string or a tool's own `ToolError` all come back as
   `ToolResult(is_error=True)` with a message the model can act on, and nothing is half-written.
+- Synchronous tools run in a thread pool (`tasks.tooling.off_loop`), async tools on the caller's loop, so a
+  tool never blocks the loop. Callers await one call of an environment at a time (the rollout loop does);
+  calls of different environments may overlap.
 - Tools are deterministic: no wall-clock time, no unseeded randomness. The same instance and the same
   call sequence give the same results and the same state (`replay`), up to the volatile parts that
   `Family.normalize_result` names (temp paths, ports, durations).
@@ -38,7 +41,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from tasks.records import PRETRAIN_START, SPLITS, FinalAnswer, Split, Step, TaskInstance, ToolCall, ToolResult, ToolSpec, Verdict
-from tasks.tooling import ToolError, is_tool, spec_for, validate_arguments
+from tasks.tooling import MAX_ARGUMENTS_JSON_CHARS, ToolError, is_tool, off_loop, spec_for, validate_arguments
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,9 @@ class Environment(ABC):
             args = parse_arguments(arguments)
             fn = getattr(self, name)
             kwargs = validate_arguments(fn, args)
-            out = fn(**kwargs)
+            # Synchronous tools (SQL, parsing, spreadsheets) run off the event loop: the episode's wall-clock
+            # limit keeps working and the other episodes on this loop keep running meanwhile.
+            out = await fn(**kwargs) if inspect.iscoroutinefunction(fn) else await off_loop(fn, **kwargs)
             if inspect.isawaitable(out):
                 out = await out
             return ToolResult(content=_truncate(out if isinstance(out, str) else json.dumps(out, default=str)))
@@ -146,6 +151,9 @@ def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any]:
         return {}
     if isinstance(arguments, dict):
         return arguments
+    if isinstance(arguments, str) and len(arguments) > MAX_ARGUMENTS_JSON_CHARS:
+        raise ToolError(f"the arguments are {len(arguments)} characters of JSON; the limit is {MAX_ARGUMENTS_JSON_CHARS} "
+                        "(send less per call)")
     try:
         parsed = json.loads(arguments)
     except (json.JSONDecodeError, TypeError) as e:

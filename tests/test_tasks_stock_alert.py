@@ -3,11 +3,15 @@ generation deterministic across processes, replay exact."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import tasks
 from tasks.records import ToolCall
 from tasks.stock_alert import StockAlertEnv
+from tasks.stock_alert.env import MAX_ROWS_PER_SHEET
+from tasks.tooling import MAX_LIST_ITEMS
 from tasks.stock_alert.data import expected_row, low_stock, render, threshold_of
 from tasks_helpers import assert_replay_is_exact, instances_in_fresh_process, reset_env, solve
 
@@ -62,6 +66,34 @@ async def test_malformed_calls_are_errors_without_state_change() -> None:
         assert result.is_error, (name, args, result.content)
         assert result.content.startswith("Error:")
         assert env.state() == before, (name, args)
+    env.close()
+
+
+async def test_oversized_list_arguments_are_refused_before_any_work() -> None:
+    """A 2M-row append_rows (as a dict or as JSON text), a row of too many cells, arguments too large in all
+    or nested too deep: each is refused with the argument and its cap named, and nothing changes. The caps
+    are checked before pydantic or the tool walks the payload (append_rows's own cap is the sheet's 500 rows)."""
+    env = _env(0)
+    await env.call("create_sheet", {"title": "t", "columns": ["a", "b"]})
+    before = env.state()
+    rows = [["x", 1]] * 2_000_000
+    nested: list = []
+    for _ in range(100):
+        nested = [nested]
+    cases: list[tuple[object, str]] = [
+        ({"title": "t", "rows": rows}, f"argument 'rows' has 2000000 items; the limit is {MAX_ROWS_PER_SHEET}"),
+        (json.dumps({"title": "t", "rows": rows[:200_000]}), "argument 'rows' has 200000 items"),
+        (json.dumps({"title": "t", "rows": rows}), "characters of JSON; the limit is"),
+        ({"title": "t", "rows": [["x"] * 5000]}, f"argument 'rows[0]' has 5000 items; the limit is {MAX_ROWS_PER_SHEET}"),
+        ({"title": "t", "rows": [["y" * 150_000, "z" * 150_000]] * 2}, "larger than 400000 characters in all"),
+        ({"title": "t", "rows": nested}, "nested more than 32 levels deep"),
+    ]
+    for args, expected in cases:
+        result = await env.call("append_rows", args)  # type: ignore[arg-type]
+        assert result.is_error and expected in result.content, result.content[:300]
+        assert env.state() == before
+    generic = await env.call("create_sheet", {"title": "u", "columns": [f"c{i}" for i in range(MAX_LIST_ITEMS + 1)]})
+    assert generic.is_error and f"argument 'columns' has {MAX_LIST_ITEMS + 1} items; the limit is {MAX_LIST_ITEMS}" in generic.content
     env.close()
 
 

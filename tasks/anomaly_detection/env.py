@@ -1,16 +1,17 @@
 """anomaly_detection environment: a per-environment SQLite warehouse in a temp dir behind a read-only SQL
 tool, and an in-memory storage bucket holding the parameter file and the report.
 
-The SQL tool is read-only three times over: the file is opened `mode=ro`, an authorizer allows only
-SELECT/READ/FUNCTION/RECURSIVE actions, and non-deterministic functions are refused. Its time limit is a
-budget of SQLite VM instructions counted by a progress handler: deterministic, so replay gives the same
-result (a wall-clock limit would not).
+Each query runs in the sandbox (`tasks.runtime.sqlite_ro`): the file is bound and opened read-only, an
+authorizer allows only SELECT/READ/FUNCTION/RECURSIVE actions, the clock and entropy are refused (the date
+functions run deterministically and refuse 'now', however it is spelled or built), values are capped by
+SQLITE_LIMIT_LENGTH and results by rows and characters. The time limit is a budget of SQLite VM
+instructions: deterministic, so replay gives the same result; the sandbox's wall clock and memory cap are
+the backstop for what instructions do not measure (a sort of huge values).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sqlite3
 import tempfile
@@ -21,24 +22,16 @@ from tasks.anomaly_detection.data import PARAMS_KEY, AnomalyPayload, ground_trut
 from tasks.anomaly_detection.verify import AnomalyDetectionSnapshot, verify
 from tasks.base import Environment
 from tasks.records import Verdict
+from tasks.runtime.sqlite_ro import ReadOnlySqlite
 from tasks.runtime.textstore import TextStore
 from tasks.tooling import ToolError, tool
-
-MAX_SQL_CHARS = 10_000
-MAX_ROWS = 200
-MAX_RESULT_CHARS = 15_000
-PROGRESS_EVERY = 1_000  # VM instructions between progress-handler calls
-MAX_PROGRESS_CALLS = 10_000  # => 10M VM instructions, about a second of CPU
-_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
-_DENIED_FUNCTIONS = {"random", "randomblob", "load_extension", "sqlite_compileoption_get", "changes",
-                     "last_insert_rowid", "total_changes"}
-_WALL_CLOCK_RE = re.compile(r"""['"]\s*now\s*['"]|current_(date|time|timestamp)""", re.IGNORECASE)
 
 
 class AnomalyDetectionEnv(Environment):
     payload: AnomalyPayload
     _tmp: Path | None = None
     _db: sqlite3.Connection | None = None
+    _sql: ReadOnlySqlite | None = None
 
     def _setup(self) -> None:
         self.payload = p = AnomalyPayload.model_validate(self.instance.payload)
@@ -64,8 +57,8 @@ class AnomalyDetectionEnv(Environment):
                 build.executemany("INSERT INTO readings VALUES (?, ?, ?)", rows)
             build.execute("CREATE INDEX readings_ts ON readings (ts)")
         build.close()
-        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        self._db.set_authorizer(_authorize)
+        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)  # describe_tables
+        self._sql = ReadOnlySqlite(path)
         self.bucket = TextStore(kind="object", max_chars=1_000_000, max_items=100)
         self.bucket.put(PARAMS_KEY, json.dumps(params_document(p), indent=2))
         self.bucket.put("README.txt", "config/ holds sensor parameters; write reports under reports/.")
@@ -74,6 +67,9 @@ class AnomalyDetectionEnv(Environment):
         self.queries: list[str] = []  # successful SQL, in order (the oracle checks what it already ran)
 
     def _teardown(self) -> None:
+        if self._sql is not None:
+            self._sql.close()
+            self._sql = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -112,41 +108,9 @@ class AnomalyDetectionEnv(Environment):
         Args:
             sql: a single SELECT statement.
         """
-        assert self._db is not None
-        if len(sql) > MAX_SQL_CHARS:
-            raise ToolError(f"the query is {len(sql)} characters; the limit is {MAX_SQL_CHARS}")
-        if _WALL_CLOCK_RE.search(sql):
-            raise ToolError("the wall clock is not available here; use the timestamps stored in the data")
-        budget = {"calls": 0}
-
-        def progress() -> int:
-            budget["calls"] += 1
-            return 1 if budget["calls"] > MAX_PROGRESS_CALLS else 0
-
-        self._db.set_progress_handler(progress, PROGRESS_EVERY)
-        try:
-            cur = self._db.execute(sql)
-            columns = [d[0] for d in cur.description or []]
-            rows = cur.fetchmany(MAX_ROWS + 1)
-        except (sqlite3.Error, ValueError) as e:  # ProgrammingError: several statements; DatabaseError: denied
-            if budget["calls"] > MAX_PROGRESS_CALLS:
-                raise ToolError("the query ran past its time budget and was stopped; filter with WHERE on ts "
-                                "or sensor, avoid cross joins") from None
-            if "not authorized" in str(e):
-                raise ToolError("only read-only SELECT queries are allowed (no writes, PRAGMA, ATTACH or "
-                                "random functions)") from None
-            raise ToolError(f"SQL error: {e}") from None
-        finally:
-            self._db.set_progress_handler(None, PROGRESS_EVERY)
-        truncated = len(rows) > MAX_ROWS
-        rows = [list(r) for r in rows[:MAX_ROWS]]
-        while rows and len(json.dumps(rows, default=str)) > MAX_RESULT_CHARS:
-            rows = rows[: len(rows) * 3 // 4]
-            truncated = True
+        assert self._sql is not None
+        result = self._sql.query(sql)
         self.queries.append(sql)
-        result: dict[str, Any] = {"columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated}
-        if truncated:
-            result["note"] = (f"result cut to {len(rows)} rows; narrow the query or page with LIMIT/OFFSET")
         return result
 
     # --- storage bucket -----------------------------------------------------------------------
@@ -184,7 +148,3 @@ class AnomalyDetectionEnv(Environment):
         return f"uploaded {len(content)} characters to {stored}"
 
 
-def _authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None) -> int:
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
-        return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY

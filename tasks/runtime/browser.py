@@ -6,6 +6,15 @@ event loop in a daemon thread; tool calls hop onto it (`run_coroutine_threadsafe
 `close()` blocks on it with a deadline, then SIGKILLs whatever Chromium/driver processes are left (found
 by a marker switch on Chromium's command line), so a crashed or hung browser never outlives its env.
 
+Only the instance's own server is reachable, whatever asks (a `goto`, a link, a form, a script, a redirect):
+- every request of the browser context passes `_route`, which aborts any whose origin is not the server's;
+- redirects are not shown to `route` handlers (Playwright calls them for the first URL only), so the context
+  also gets a proxy that refuses every connection (`_DenyProxy`: a bound socket that never listens), with
+  only `host:port` of the server bypassing it: a redirect to any other host or port, loopback included,
+  fails in Chromium's network stack before it connects;
+- every request the context makes, redirect hops included, is also watched (`request` events): an
+  off-origin navigation is reported to the model as blocked, and `settle` refuses a page that is not ours.
+
 Errors the model can act on are `ToolError`s: a missing ref, an off-origin URL, a timeout (the page is
 killed and the browser restarted), a crashed page or browser (reopened on the next action).
 """
@@ -17,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -35,6 +45,8 @@ CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--disable-extensions")
 _REF_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,120}$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9+]{1,40}$")
+# Chromium's words for a load our route or the deny proxy stopped
+_BLOCKED_SIGNS = ("ERR_BLOCKED_BY_CLIENT", "ERR_PROXY_CONNECTION_FAILED", "chrome-error://")
 
 
 def chromium_path() -> str:
@@ -42,11 +54,26 @@ def chromium_path() -> str:
     return os.environ.get("COEVO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
 
 
+class _DenyProxy:
+    """A loopback port that refuses every connection: bound, never listening, held for the session's life."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.server = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self._sock.close()
+
+
 class BrowserSession:
     """A lazily started Chromium confined to one origin (`http://127.0.0.1:<port>`)."""
 
     def __init__(self, origin: str, *, action_timeout_s: float = 8.0, viewport: tuple[int, int] = (1280, 900)) -> None:
         self.origin = origin.rstrip("/")
+        own = urlsplit(self.origin)
+        self._host_port = (own.scheme, own.hostname, own.port)
+        self._deny: _DenyProxy | None = None
         self.action_timeout_s = action_timeout_s
         self.hard_limit_s = action_timeout_s + 6.0  # beyond Playwright's own timeout: the page/driver is hung
         self.viewport = viewport
@@ -91,6 +118,11 @@ class BrowserSession:
             raise ToolError(f"the page did not respond within {self.hard_limit_s:.0f} s and was killed; the browser "
                             "will restart on the next action (open a page again with goto)") from None
         except PlaywrightError as e:
+            if any(sign in str(e) for sign in _BLOCKED_SIGNS):
+                await asyncio.sleep(0.1)  # the request events of the blocked navigation may still be queued
+                raise ToolError(self._blocked_message()) from None
+            if self._blocked:
+                raise ToolError(self._blocked_message()) from None
             if self._page_crashed or self._browser is None or not self._browser.is_connected():
                 await self._shutdown_browser(kill=True)
                 raise ToolError("the page or browser crashed during this action; a fresh browser starts on the next "
@@ -135,8 +167,13 @@ class BrowserSession:
             self.launches += 1
             self._procs.update((p.pid, p) for p in self._browser_processes())
         if self._page is None:
+            if self._deny is None:
+                self._deny = _DenyProxy()
             ctx = await self._browser.new_context(viewport={"width": self.viewport[0], "height": self.viewport[1]},
-                                                  java_script_enabled=True, service_workers="block")
+                                                  java_script_enabled=True, service_workers="block",
+                                                  proxy={"server": self._deny.server,
+                                                         "bypass": f"{self._host_port[1]}:{self._host_port[2]}"})
+            ctx.on("request", self._watch)
             ctx.set_default_timeout(self.action_timeout_s * 1000)
             ctx.set_default_navigation_timeout(self.action_timeout_s * 1000)
             await ctx.route("**/*", self._route)
@@ -144,15 +181,29 @@ class BrowserSession:
             self._page.on("crash", lambda _p: setattr(self, "_page_crashed", True))
         return self._page
 
+    def same_origin(self, url: str) -> bool:
+        """True for a URL of this environment's server (scheme, host and port, no user info)."""
+        try:
+            parts = urlsplit(url)
+            return (parts.scheme, parts.hostname, parts.port) == self._host_port and "@" not in parts.netloc
+        except ValueError:
+            return False
+
     async def _route(self, route: Any) -> None:
         """Only this environment's server is reachable; any other request is aborted (and reported)."""
         url = route.request.url
-        if url == self.origin or url.startswith(self.origin + "/"):
+        if self.same_origin(url):
             await route.continue_()
         else:
             if route.request.is_navigation_request():
                 self._blocked.append(url)
             await route.abort("blockedbyclient")
+
+    def _watch(self, request: Any) -> None:
+        """Every request of the context, redirect hops included (which `_route` never sees): an off-origin
+        navigation is remembered, so the action that caused it reports it (the deny proxy stops the load)."""
+        if not self.same_origin(request.url) and request.is_navigation_request():
+            self._blocked.append(request.url)
 
     def _browser_processes(self) -> list[psutil.Process]:
         """This session's Chromium (found by its marker switch), its helpers and its Playwright driver."""
@@ -239,6 +290,9 @@ class BrowserSession:
             loop.close()
         self._loop, self._thread, self._pw, self._browser, self._page = None, None, None, None, None
         self._procs.clear()
+        if self._deny is not None:
+            self._deny.close()
+            self._deny = None
 
     # --- helpers the tools use (run on the browser thread) ------------------------------------------
     def resolve_url(self, url: str) -> str:
@@ -284,10 +338,8 @@ class BrowserSession:
         except Exception:
             pass
         if self._blocked:
-            blocked = self._blocked[0]
-            self._blocked.clear()
-            raise ToolError(f"navigation to '{blocked[:200]}' was blocked: only pages of this shop server can be opened")
-        if not (page.url == "about:blank" or page.url.startswith(self.origin)):
+            raise ToolError(self._blocked_message())
+        if not (page.url == "about:blank" or self.same_origin(page.url)):
             raise ToolError(f"the page left this shop server ({page.url[:100]}); open a page with goto")
         messages = await page.eval_on_selector_all(
             "[role=alert], [role=status]", "els => els.map(e => e.getAttribute('role') + ': ' + e.innerText.trim())")
@@ -297,8 +349,20 @@ class BrowserSession:
             out += " " + " ".join(messages)
         return out
 
+    def _blocked_message(self) -> str:
+        blocked = self._blocked[0] if self._blocked else "another server"
+        self._blocked.clear()
+        return f"navigation to '{blocked[:200]}' was blocked: only pages of this shop server can be opened"
+
+    def _check_own_page(self, page: Any) -> None:
+        if not (page.url == "about:blank" or self.same_origin(page.url)):
+            raise ToolError("the current page is not a page of this shop server (a navigation elsewhere was "
+                            "blocked); open a page with goto")
+
     async def snapshot(self, page: Any, max_chars: int, start: int = 0) -> str:
+        self._check_own_page(page)
         snap = await page.evaluate(OUTLINE_JS)
+        self._check_own_page(page)  # a navigation may have committed while the outline was read
         top = snap["scrollY"]
         head = [f"URL: {self.rel(page.url)}", f"Title: {snap['title']}"]
         above = [ln for ln in snap["lines"] if ln["y"] < top - 2]

@@ -4,27 +4,27 @@ command tools declared once (`shell`, `python`, `read_file`, `write_file`, `edit
 File tools run in our process, so they check every path themselves: relative to the workspace (or under
 `/workspace/`, the path commands see), no `..` component, and the resolved path (symlinks followed) must stay
 inside the workspace. Writes go to a temporary file first and are renamed into place, so a refused or failed
-call leaves nothing half-written. Commands run in `tasks.runtime.sandbox.Sandbox`. `workspace_copy()` is
+call leaves nothing half-written. Commands run in `tasks.runtime.sandbox.Sandbox`. The workspace is a
+capped tmpfs where we may mount (`tasks.runtime.disk.make_workspace`), so its disk cap holds for every tool. `workspace_copy()` is
 the frozen copy of the directory that verifiers which run code read (`tasks.runtime.workspace_copy`).
 """
 
 from __future__ import annotations
 
-import asyncio
+import errno
 import os
-import shutil
 import tempfile
 from abc import abstractmethod
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from tasks.base import Environment
+from tasks.runtime.disk import make_workspace, remove_workspace
 from tasks.runtime.sandbox import SANDBOX_ROOT, Sandbox, SandboxLimits
 from tasks.runtime.workspace_copy import WorkspaceCopy, copy_workspace
-from tasks.tooling import ToolError, tool
+from tasks.tooling import ToolError, off_loop, tool
 
 MAX_FILE_BYTES = 2 << 20  # largest file read_file returns / write_file creates
-MAX_WORKSPACE_BYTES = 64 << 20  # write_file refuses to grow the workspace beyond this
 MAX_LISTED = 500
 MAX_COMMAND_S = 30
 FIXED_MTIME = 1_704_067_200  # 2024-01-01 UTC: files we write get it, so `ls -l` replays identically
@@ -43,8 +43,12 @@ class WorkspaceEnvironment(Environment):
 
     # --- lifecycle ------------------------------------------------------------------------------
     def _setup(self) -> None:
-        # mkdtemp under the system temp dir: world-traversable parents, so the sandbox uid can reach it.
-        self._root = Path(tempfile.mkdtemp(prefix=f"coevo-{self.instance.family}-")).resolve()
+        # mkdtemp under the system temp dir: world-traversable parents, so the sandbox uid can reach it. A
+        # tmpfs of the workspace's size is mounted on it where we may mount: the disk cap then holds for
+        # every tool; elsewhere the sandbox measures each call (tasks.runtime.disk).
+        limits = self.sandbox_limits
+        self._root, self.disk_capped = make_workspace(f"coevo-{self.instance.family}-", limits.workspace_bytes,
+                                                      limits.workspace_files)
         self._populate(self._root)
         for dirpath, dirnames, files in os.walk(self._root):
             for name in dirnames + files:
@@ -54,7 +58,7 @@ class WorkspaceEnvironment(Environment):
 
     def _teardown(self) -> None:
         if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
+            remove_workspace(self._root)
             self._root = None
 
     @property
@@ -128,18 +132,30 @@ class WorkspaceEnvironment(Environment):
         if len(data) > MAX_FILE_BYTES:
             raise ToolError(f"content is {len(data)} bytes; the limit per file is {MAX_FILE_BYTES}")
         old = real.stat().st_size if real.exists() else 0
-        if self.workspace_bytes() - old + len(data) > MAX_WORKSPACE_BYTES:
-            raise ToolError(f"the workspace would exceed {MAX_WORKSPACE_BYTES} bytes")
+        cap = self.sandbox_limits.workspace_bytes
+        if self.workspace_bytes() - old + len(data) > cap:
+            raise ToolError(f"the workspace would exceed its disk limit of {cap} bytes")
         parent = real.parent
         if parent.exists() and not parent.is_dir():
             raise ToolError(f"'{self.rel(parent)}' is a file, not a directory")
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".coevo-write-")
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ToolError(f"cannot create the folder '{self.rel(parent)}': {e.strerror}") from None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=parent, prefix=".coevo-write-")
+        except OSError as e:
+            raise ToolError(f"cannot create a file in '{self.rel(parent)}': {e.strerror}") from None
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
             os.replace(tmp, real)
+        except OSError as e:  # e.g. the capped workspace is full (ENOSPC): nothing was written
+            Path(tmp).unlink(missing_ok=True)
+            why = (f"the workspace is full (its disk limit is {cap} bytes)" if e.errno == errno.ENOSPC
+                   else e.strerror)
+            raise ToolError(f"could not write '{self.rel(real)}': {why}; nothing was changed") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -157,7 +173,7 @@ class WorkspaceEnvironment(Environment):
         """
         if not 1 <= timeout_s <= MAX_COMMAND_S:
             raise ToolError(f"timeout_s must be between 1 and {MAX_COMMAND_S}")
-        result = await asyncio.to_thread(self.sandbox.shell, command, wall_s=float(timeout_s))
+        result = await off_loop(self.sandbox.shell, command, wall_s=float(timeout_s))
         return result.render()
 
     @tool
@@ -171,7 +187,7 @@ class WorkspaceEnvironment(Environment):
         """
         if not 1 <= timeout_s <= MAX_COMMAND_S:
             raise ToolError(f"timeout_s must be between 1 and {MAX_COMMAND_S}")
-        result = await asyncio.to_thread(self.sandbox.python, code, wall_s=float(timeout_s))
+        result = await off_loop(self.sandbox.python, code, wall_s=float(timeout_s))
         return result.render()
 
     @tool

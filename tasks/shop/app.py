@@ -20,6 +20,27 @@ from tasks.shop.data import CATEGORIES, CUSTOMER_GROUPS, ORDER_STATUSES, SOLD_ST
 _SKU_RE = re.compile(r"^[A-Z]{3}-\d{3,5}$")
 _CODE_RE = re.compile(r"^[A-Z0-9]{4,16}$")
 _MONEY_RE = re.compile(r"^\d{1,7}(\.\d{1,2})?$")
+_ID_RE = re.compile(r"[0-9]{1,9}")
+# A redirect target we accept from a request (`next`, `back`): a path on this server. No scheme or host, no
+# second '/' or '\' after the first (browsers read `//host` and `/\host` as another server), no whitespace or
+# control characters (browsers drop them, which could turn `/\t/host` into `//host`).
+_SAFE_PATH_RE = re.compile(r"/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*")
+MAX_PAGE = 999_999
+
+
+class BadRequest(Exception):
+    """A request value out of range: answered with 400 and the message, never a crash."""
+
+
+def whole_number(text: str, max_digits: int = 9) -> int | None:
+    """`text` as a non-negative whole number of at most `max_digits` ASCII digits, else None."""
+    return int(text) if re.fullmatch(rf"[0-9]{{1,{max_digits}}}", text) else None
+
+
+def safe_path(target: str, default: str, prefix: str = "/") -> str:
+    """`target` when it is a same-origin path starting with `prefix`, else `default`."""
+    ok = len(target) <= 2000 and _SAFE_PATH_RE.fullmatch(target) is not None and target.startswith(prefix)
+    return target if ok else default
 
 
 @dataclass
@@ -93,6 +114,11 @@ class ShopApp:
                 return self._route(req)
             except sqlite3.ProgrammingError:  # connection closed while a late request came in
                 return Response(status=503, body="shutting down", content_type="text/plain")
+            except BadRequest as e:
+                return Response(status=400, body=P.layout("Bad request", "", error=str(e)))
+            except (ValueError, OverflowError):  # a value no validator above caught: still an answer, not a crash
+                return Response(status=400, body=P.layout("Bad request", "", error="A value in the request is out of "
+                                                                                  "range."))
 
     def _route(self, req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
@@ -128,17 +154,17 @@ class ShopApp:
                 return self._order_status(req, number)
             case ["customers"]:
                 return self._customers(req)
-            case ["customers", cid] if cid.isdigit():
+            case ["customers", cid] if _ID_RE.fullmatch(cid):
                 return self._customer(req, int(cid))
             case ["reviews"]:
                 return self._reviews(req)
-            case ["reviews", rid, "moderate"] if post and rid.isdigit():
+            case ["reviews", rid, "moderate"] if post and _ID_RE.fullmatch(rid):
                 return self._moderate(req, int(rid))
             case ["discounts"]:
                 return self._discounts(req)
             case ["discounts", "new"]:
                 return self._discount_form(req, None)
-            case ["discounts", rid, "edit"] if rid.isdigit():
+            case ["discounts", rid, "edit"] if _ID_RE.fullmatch(rid):
                 return self._discount_form(req, int(rid))
             case ["reports", "bestsellers"]:
                 return self._bestsellers(req)
@@ -156,9 +182,7 @@ class ShopApp:
         return False
 
     def _login(self, req: Request) -> Response:
-        nxt = req.arg("next") or "/"
-        if not nxt.startswith("/") or nxt.startswith("//"):
-            nxt = "/"
+        nxt = safe_path(req.arg("next"), "/")
         error = ""
         if req.method == "POST":
             if req.arg("username") == self._username and req.arg("password") == self._password:
@@ -191,7 +215,12 @@ class ShopApp:
 
     def _page_no(self, req: Request) -> int:
         p = req.arg("page")
-        return max(1, int(p)) if p.isdigit() else 1
+        if not p:
+            return 1
+        page = whole_number(p, 6)
+        if page is None or not 1 <= page <= MAX_PAGE:
+            raise BadRequest(f"page must be a whole number from 1 to {MAX_PAGE}.")
+        return page
 
     def _paged(self, req: Request, count_sql: str, rows_sql: str, params: list[object]) -> tuple[list[sqlite3.Row], int, int]:
         """(rows of the requested page, page number, total rows) of a list page's query."""
@@ -230,7 +259,7 @@ class ShopApp:
                 error = "Name is required."
             elif price is None or price <= 0:
                 error = "Price must be a positive amount such as 12.50."
-            elif not stock.isdigit():
+            elif whole_number(stock) is None:
                 error = "Stock must be a whole number of 0 or more."
             elif vals["status"] not in ("enabled", "disabled"):
                 error = "Status must be enabled or disabled."
@@ -273,7 +302,7 @@ class ShopApp:
             cents = parse_money(price)
             if cents is None or cents <= 0:
                 error = "Price must be a positive amount such as 12.50."
-            elif not stock.isdigit():
+            elif whole_number(stock) is None:
                 error = "Stock must be a whole number of 0 or more."
             elif status not in ("enabled", "disabled"):
                 error = "Status must be enabled or disabled."
@@ -313,8 +342,9 @@ class ShopApp:
     # --- stock ------------------------------------------------------------------------------------
     def _stock(self, req: Request) -> Response:
         cat, below, status = req.arg("category"), req.arg("below"), req.arg("status")
+        limit = whole_number(below)
         sql, params = where([(bool(cat), "category = ?", [cat]),
-                             (below.isdigit(), "stock < ?", [int(below)] if below.isdigit() else []),
+                             (limit is not None, "stock < ?", [limit]),
                              (bool(status), "status = ?", [status])])
         rows = self._con.execute(f"SELECT * FROM products WHERE {sql} ORDER BY sku", params).fetchall()
         form = self._filter_form("/stock", P.select("category", "Category", [("", "All categories")] + [(c, c) for c in CATEGORIES], cat)
@@ -335,12 +365,12 @@ class ShopApp:
         return Response(body=P.layout("Stock", form + bulk, flash=req.arg("msg"), error=req.arg("err")))
 
     def _stock_bulk(self, req: Request) -> Response:
-        back = req.arg("back") if req.arg("back").startswith("/stock") else "/stock"
+        back = safe_path(req.arg("back"), "/stock", prefix="/stock")
         skus, level = req.args("sku"), req.arg("new-stock")
         sep = "&" if "?" in back else "?"
         if not skus:
             return redirect(back + sep + "err=" + quote("Select at least one product."))
-        if not level.isdigit():
+        if whole_number(level) is None:
             return redirect(back + sep + "err=" + quote("New stock level must be a whole number of 0 or more."))
         n = 0
         for sku in skus:
@@ -421,9 +451,10 @@ class ShopApp:
     # --- reviews ----------------------------------------------------------------------------------
     def _reviews(self, req: Request) -> Response:
         product, status, rating = req.arg("product"), req.arg("status"), req.arg("rating")
+        stars = whole_number(rating, 1)
         sql, params = where([(bool(product), "(LOWER(p.name) LIKE ? OR LOWER(p.sku) LIKE ?)", [f"%{product.lower()}%"] * 2),
                              (bool(status), "r.status = ?", [status]),
-                             (rating.isdigit(), "r.rating = ?", [int(rating)] if rating.isdigit() else [])])
+                             (stars is not None, "r.rating = ?", [stars])])
         base = "FROM reviews r JOIN products p ON p.sku = r.sku WHERE " + sql
         rows, page, total = self._paged(req, f"SELECT COUNT(*) {base}", f"SELECT r.*, p.name AS pname {base} ORDER BY r.id",
                                         params)
@@ -448,7 +479,7 @@ class ShopApp:
 
     def _moderate(self, req: Request, rid: int) -> Response:
         action = req.arg("action")
-        back = req.arg("back") if req.arg("back").startswith("/reviews") else "/reviews"
+        back = safe_path(req.arg("back"), "/reviews", prefix="/reviews")
         if action not in ("approve", "reject"):
             return self._not_found("Unknown moderation action.")
         status = "approved" if action == "approve" else "rejected"
@@ -489,7 +520,7 @@ class ShopApp:
                 error = "Code must be 4-16 capital letters or digits."
             elif clash is not None and clash["id"] != rid:
                 error = f"Code {v['code']} is already used by another rule."
-            elif not pct.isdigit() or not 1 <= int(pct) <= 90:
+            elif whole_number(pct, 2) is None or not 1 <= int(pct) <= 90:
                 error = "Percent must be a whole number from 1 to 90."
             elif cents is None:
                 error = "Minimum subtotal must be an amount such as 50.00."

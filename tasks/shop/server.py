@@ -4,6 +4,7 @@ closes the port (safe to call twice)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
@@ -11,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tasks.shop.app import Request, Response
 
+log = logging.getLogger(__name__)
 MAX_BODY = 1_000_000  # a form post larger than this is refused (413), never read into memory
 
 
@@ -40,14 +42,22 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         form: dict[str, list[str]] = {}
         if method == "POST":
-            length = int(self.headers.get("Content-Length") or 0)
+            declared = (self.headers.get("Content-Length") or "0").strip()
+            if not declared.isascii() or not declared.isdigit():
+                self.send_error(400, "Content-Length must be a whole number")
+                return
+            length = int(declared) if len(declared) <= 9 else MAX_BODY + 1
             if length > MAX_BODY:
                 self.send_error(413)
                 return
             form = parse_qs(self.rfile.read(length).decode("utf-8", "replace"), keep_blank_values=True)
         req = Request(method=method, path=parts.path, query=parse_qs(parts.query, keep_blank_values=True),
                       form=form, cookie=self.headers.get("Cookie", ""))
-        resp = self.server.app.handle(req)
+        try:
+            resp = self.server.app.handle(req)
+        except Exception as e:  # a bug must cost one request a 500, never the connection or the server thread
+            log.warning("shop server: %s %s raised %s: %s", method, parts.path[:200], type(e).__name__, e)
+            resp = Response(status=500, body="internal error", content_type="text/plain")
         body = resp.body.encode("utf-8")
         self.send_response(resp.status)
         self.send_header("Content-Type", resp.content_type)

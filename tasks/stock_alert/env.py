@@ -131,7 +131,7 @@ class StockAlertEnv(Environment):
         self.sheets[title] = {"columns": [c.strip() for c in columns], "rows": []}
         return f'created sheet "{title}" with columns {[c.strip() for c in columns]}'
 
-    @tool
+    @tool(max_list_items=MAX_ROWS_PER_SHEET)
     def append_rows(self, title: str, rows: list[list[Cell]]) -> str:
         """Append rows to a sheet; each row has one value per column, in column order.
 
@@ -164,7 +164,7 @@ class StockAlertEnv(Environment):
         return {"title": title, "columns": sheet["columns"],
                 "rows": [{"row": i + 1, "values": r} for i, r in enumerate(sheet["rows"])]}
 
-    @tool
+    @tool(max_list_items=MAX_ROWS_PER_SHEET)
     def delete_rows(self, title: str, row_numbers: list[int]) -> str:
         """Delete rows from a sheet by their 1-based row numbers (as shown by read_sheet).
 
