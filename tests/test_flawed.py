@@ -63,6 +63,14 @@ def test_every_family_has_a_menu_with_its_exceptions_documented():
             "instruction_following", "implicit_knowledge"}, family
 
 
+def test_knowledge_keys_are_the_cards_keys():
+    cards = pytest.importorskip("harness.evolution.cards", reason="the knowledge cards come with the harness search")
+    for family in tasks.families():
+        menu = menu_for(family)
+        keys = {f.key for f in (*menu.beliefs, *menu.slips) if f.key is not None}
+        assert keys <= set(cards.load_card(family).keys()), (family, keys - set(cards.load_card(family).keys()))
+
+
 async def test_faults_are_reproducible_by_seed():
     model = "flawed/stock_alert@uniform"
     first = [await run(model, "stock_alert", 41, seed=s) for s in range(3)]
@@ -168,10 +176,11 @@ async def test_a_knowledge_section_lowers_its_items_rate():
     plain = [await run(model, "stock_alert", 40, seed=s) for s in range(20)]
     told = [await run(model, "stock_alert", 40, seed=s, h=stated) for s in range(20)]
 
-    def rate(ts: list[Trajectory]) -> float:
-        return sum(any(f.kind == "exclusive_bound" for f in t.injected_faults) for t in ts) / len(ts)
-    assert rate(plain) > 0.6 and rate(told) <= 0.25, (rate(plain), rate(told))
-    assert sum(t.score == 1.0 for t in told) > sum(t.score == 1.0 for t in plain)
+    def rate(ts: list[Trajectory], kind: str) -> float:
+        return sum(any(f.kind == kind for f in t.injected_faults) for t in ts) / len(ts)
+    assert rate(plain, "exclusive_bound") > 0.6 and rate(told, "exclusive_bound") <= 0.25
+    # the other item (its key not stated) keeps its rate: with one fault allowed, it now takes the place
+    assert rate(told, "supplier_id_as_name") > rate(plain, "supplier_id_as_name")
 
 
 async def test_context_policy_changes_the_long_context_trigger_and_windows_are_followed():

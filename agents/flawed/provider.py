@@ -72,7 +72,7 @@ def example_tools(tools: list[dict[str, Any]] | None) -> frozenset[str]:
 class FlawedLLM(CustomLLM):
     """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by agents.client)."""
 
-    def __init__(self, max_live_envs: int = 16) -> None:
+    def __init__(self, max_live_envs: int = 8) -> None:
         super().__init__()
         self.store = ConversationStore(max_envs=max_live_envs)
         atexit.register(self.store.close)

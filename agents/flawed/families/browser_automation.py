@@ -45,6 +45,15 @@ def _optional_fields(env: Any) -> list[str]:
     return [f for f in names if row[f]]
 
 
+def _unsaved_fields(env: Any) -> list[str]:
+    """Optional fields, while the row is not saved yet (forgetting later would only make it undo the edit)."""
+    row = _row(env)
+    if row is None:
+        return []
+    table, key = ("discount_rules", "code") if _payload(env)["kind"] == "discount" else ("products", "sku")
+    return [] if env.query(f"SELECT 1 FROM {table} WHERE {key} = ?", (row[key],)) else _optional_fields(env)
+
+
 def _restock_targets(p: dict[str, Any], below: int, status: str) -> list[dict[str, Any]]:
     shop = generate_shop(p["shop_seed"])
     cat = p["filters"]["category"]
@@ -78,7 +87,7 @@ MENU = FamilyMenu(
     beliefs=(
         Belief("skip_field", "planning", _optional_fields, lambda v, u: _with_row(v, **{u: FIELD_DEFAULTS[u]}),
                "leaves the form field '{unit}' at its default", key="wizard_all_pages", cues=("field", "every")),
-        Belief("forget_field", "long_context", _optional_fields, lambda v, u: _with_row(v, **{u: FIELD_DEFAULTS[u]}),
+        Belief("forget_field", "long_context", _unsaved_fields, lambda v, u: _with_row(v, **{u: FIELD_DEFAULTS[u]}),
                "forgets the requested value of '{unit}' and leaves the field at its default", cues=("field",)),
         Belief("active_flag_flipped", "implicit_knowledge", _kind("discount", lambda p: not p["new_rows"][0]["row"]["active"]),
                lambda v, u: _with_row(v, active=1), "checks the Active box for a rule to be left inactive",

@@ -21,6 +21,9 @@ def _pages_after_first(env: Any) -> list[str]:
 
 
 def _pages_read(env: Any) -> list[str]:
+    """Pages read, while nothing is written yet (forgetting later would only make it undo its rows)."""
+    if any(sheet["rows"] for sheet in env.sheets.values()):
+        return []
     return [str(k) for k in sorted(env.pages_seen)]
 
 
