@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.base import Environment
 from tasks.records import FinalAnswer, Step, ToolCall
 
 Action = ToolCall | FinalAnswer
@@ -112,5 +111,5 @@ def read_before(history: Sequence[Step], name: str, pred: Callable[[dict[str, An
                and pred(s.call.arguments) for s in history)
 
 
-__all__ = ["Action", "Belief", "Environment", "FamilyMenu", "NotApplicable", "Slip", "call_of", "read_before",
+__all__ = ["Action", "Belief", "FamilyMenu", "NotApplicable", "Slip", "call_of", "read_before",
            "same_action", "with_args"]
