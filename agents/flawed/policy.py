@@ -143,7 +143,7 @@ class Student:
         limit = c.profile.max_faults
         if limit is not None and c.n_faults >= limit:
             return self._emit(intended, intended), None
-        long = content_chars(messages) > c.profile.long_context_chars
+        long = content_chars(messages) > c.profile.context_limit(c.menu.family)
         chosen = self._draw(self.candidates(intended, long), rng)
         if chosen is None:
             return self._emit(intended, intended), None
@@ -307,7 +307,7 @@ class Student:
     def _commit_requery(self, reads: list[ToolCall], intended: ToolCall) -> Commit:
         async def commit(rng: random.Random) -> Made:
             call = rng.choice(reads)
-            detail = (f"context over {self.c.profile.long_context_chars} chars: re-queried {describe_call(call)} "
+            detail = (f"context over {self.c.profile.context_limit(self.c.menu.family)} chars: re-queried {describe_call(call)} "
                       f"(already retrieved) instead of {describe_call(intended)}; recoverable (it goes on next turn)")
             return Made(call, call, detail)
         return commit

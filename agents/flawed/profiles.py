@@ -38,7 +38,9 @@ class Profile(BaseModel):
     description: str = ""
     rates: dict[str, Probability] = Field(description="Category -> rate per opportunity (all five categories).")
     kinds: dict[str, Probability] = Field(default_factory=dict, description="Fault kind -> rate (overrides).")
-    long_context_chars: int = Field(default=12_000, ge=0)
+    long_context_chars: dict[str, int] = Field(
+        default_factory=lambda: {"default": 12_000},
+        description="Context size (characters) past which long_context faults fire: 'default' and per-family values.")
     stated_rate: Probability = Field(default=0.05, ge=0, le=1)
     example_rate: Probability = Field(default=0.02, ge=0, le=1)
     recovery: Recovery = Field(default_factory=Recovery)
@@ -58,8 +60,23 @@ class Profile(BaseModel):
     def _kind_rates(cls, v: dict[str, float]) -> dict[str, float]:
         return _probabilities(v)
 
+    @field_validator("long_context_chars", mode="before")
+    @classmethod
+    def _per_family(cls, v: object) -> object:
+        return {"default": v} if isinstance(v, int) else v
+
+    @field_validator("long_context_chars")
+    @classmethod
+    def _has_default(cls, v: dict[str, int]) -> dict[str, int]:
+        if "default" not in v or any(x < 0 for x in v.values()):
+            raise ValueError(f"long_context_chars needs a 'default' and sizes >= 0, got {v}")
+        return v
+
     def rate(self, category: str, kind: str) -> float:
         return self.kinds.get(kind, self.rates[category])
+
+    def context_limit(self, family: str) -> int:
+        return self.long_context_chars.get(family, self.long_context_chars["default"])
 
 
 def _probabilities(v: dict[str, float]) -> dict[str, float]:
@@ -117,8 +134,8 @@ def parse_profile(spec: str, known_kinds: set[str]) -> Profile:
 def _override(data: dict[str, Any], key: str, value: str, known_kinds: set[str]) -> None:
     if key == "max_faults":
         data["max_faults"] = None if value.lower() == "none" else int(value)
-    elif key in ("long_context_chars",):
-        data[key] = int(value)
+    elif key == "long_context_chars":
+        data[key] = {"default": int(value)}
     elif key in ("stated_rate", "example_rate"):
         data[key] = float(value)
     elif key.startswith("recovery."):
