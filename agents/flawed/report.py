@@ -54,7 +54,7 @@ def kind_table(trajectories: list[Trajectory]) -> str:
 
 def main(paths: list[str]) -> None:
     trajectories = [t for p in paths for t in read_trajectories(Path(p))]
-    print("## Success on h0\n\n" + success_table(trajectories))
+    print("## Success\n\n" + success_table(trajectories))
     print("\n## Injected faults per category\n\n" + fault_table(trajectories))
     print("\n## Injected faults per kind\n\n" + kind_table(trajectories))
 
