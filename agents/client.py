@@ -71,16 +71,18 @@ class ModelResponse(BaseModel):
 
 
 def _ensure_custom_providers() -> None:
-    """Register the project's `oracle` provider with LiteLLM once (LiteLLM's registry is process-global)."""
+    """Register the project's `oracle` and `flawed` providers with LiteLLM once (its registry is process-global)."""
     if any(p.get("provider") == "oracle" for p in (litellm.custom_provider_map or [])):
         return
+    from agents.flawed.provider import FlawedLLM
     from agents.oracle_provider import OracleLLM
 
-    litellm.custom_provider_map = [*(litellm.custom_provider_map or []), {"provider": "oracle", "custom_handler": OracleLLM()}]
+    litellm.custom_provider_map = [*(litellm.custom_provider_map or []), {"provider": "oracle", "custom_handler": OracleLLM()},
+                                   {"provider": "flawed", "custom_handler": FlawedLLM()}]
     litellm.utils.custom_llm_setup()
 
 
-OWN_PROVIDERS = ("oracle",)  # providers of this project: they receive the per-call `context`
+OWN_PROVIDERS = ("oracle", "flawed")  # providers of this project: they receive the per-call `context`
 
 
 class ModelClient:
@@ -92,7 +94,7 @@ class ModelClient:
 
     def __init__(self, role: ModelRole) -> None:
         self.role = role
-        if role.provider == "oracle":
+        if role.provider in OWN_PROVIDERS:
             _ensure_custom_providers()
 
     def request_kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -181,11 +183,12 @@ class ModelClient:
             latency_s=latency,
             prompt_token_ids=_get(resp, "prompt_token_ids"),
             completion_token_ids=_get(choice, "token_ids") or _get(msg, "token_ids"),
+            injected_faults=_injected_faults(msg),  # flawed/<family>: simulation ground truth
         )
 
     def _cost(self, resp: Any, prompt_tokens: int, completion_tokens: int) -> float:
         r = self.role
-        if r.input_cost_per_token or r.output_cost_per_token or r.provider in ("hosted_vllm", "oracle"):
+        if r.input_cost_per_token or r.output_cost_per_token or r.provider in ("hosted_vllm", *OWN_PROVIDERS):
             return prompt_tokens * r.input_cost_per_token + completion_tokens * r.output_cost_per_token
         try:  # hosted providers: LiteLLM's local price map
             return float(litellm.completion_cost(completion_response=resp))
@@ -196,6 +199,12 @@ class ModelClient:
 
 def _strict(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**t, "function": {**t["function"], "strict": True}} if "function" in t else t for t in tools]
+
+
+def _injected_faults(msg: Any) -> list[InjectedFault]:
+    """Ground truth a simulated student (`flawed/<family>`) sends in provider_specific_fields."""
+    fields = getattr(msg, "provider_specific_fields", None) or {}
+    return [InjectedFault.model_validate(f) for f in fields.get("injected_faults") or []]
 
 
 def _get(obj: Any, name: str) -> list[int] | None:
