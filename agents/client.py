@@ -82,6 +82,17 @@ def _ensure_custom_providers() -> None:
     litellm.utils.custom_llm_setup()
 
 
+def close_provider_environments() -> None:
+    """Close the environments our own providers keep alive between calls (the oracle's live cache, the flawed
+    student's conversation store). Episodes cut short by a turn limit never send the final answer that frees
+    theirs; call this when a batch of episodes is over (a browser family holds a Chromium per environment)."""
+    for entry in litellm.custom_provider_map or []:
+        handler = entry.get("custom_handler")
+        for holder in (getattr(handler, "cache", None), getattr(handler, "store", None)):
+            if holder is not None and hasattr(holder, "close"):
+                holder.close()
+
+
 OWN_PROVIDERS = ("oracle", "flawed")  # providers of this project: they receive the per-call `context`
 
 

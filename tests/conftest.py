@@ -59,3 +59,14 @@ def ray_local() -> Iterator[None]:
                  _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_provider_environments() -> Iterator[None]:
+    """After each test module: close the environments the oracle and flawed providers keep alive between
+    calls (episodes cut short by a turn limit never free theirs), so no Chromium outlives its module."""
+    yield
+    import sys
+
+    if "agents.client" in sys.modules:
+        sys.modules["agents.client"].close_provider_environments()
