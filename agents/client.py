@@ -25,6 +25,7 @@ import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import InjectedFault, ModelRole, ToolChoice, parse_tool_calls
+from agents.vllm_http import BadRequestHTTPError, TransientHTTPError, Transport, logprobs_of, post_chat, transport_from_env
 from tasks.records import ToolCall
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ _TRANSIENT = (
     litellm.exceptions.RateLimitError,
     litellm.exceptions.ServiceUnavailableError,
     litellm.exceptions.InternalServerError,
+    TransientHTTPError,
 )
 _CONTEXT_MARKERS = ("maximum context length", "context length", "context_length_exceeded", "too long")
 
@@ -103,10 +105,12 @@ class ModelClient:
     conversation belongs to: instructions can repeat within a family). Other providers never see it.
     """
 
-    def __init__(self, role: ModelRole) -> None:
+    def __init__(self, role: ModelRole, transport: Transport | None = None) -> None:
         self.role = role
         if role.provider in OWN_PROVIDERS:
             _ensure_custom_providers()
+        # hosted_vllm goes through the lean HTTP path (agents/vllm_http.py) unless told to use LiteLLM
+        self.lean = role.provider == "hosted_vllm" and (transport or transport_from_env()) == "auto"
 
     def request_kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None,
@@ -132,6 +136,7 @@ class ModelClient:
             kw["seed"] = seed
         if r.provider == "hosted_vllm" and r.return_token_ids:
             extra["return_token_ids"] = True
+            extra["logprobs"] = True  # the sampled tokens' logprobs, kept per turn
         if context and r.provider in OWN_PROVIDERS:
             extra.update(context)
         if extra:
@@ -153,8 +158,7 @@ class ModelClient:
         for attempt in range(self.role.retries + 1):
             t0 = time.perf_counter()
             try:
-                resp = await litellm.acompletion(**kwargs)
-                return self._normalise(resp, time.perf_counter() - t0)
+                return await self._send(kwargs, t0)
             except _TRANSIENT as e:
                 if attempt == self.role.retries:
                     raise ModelCallError("model_error", f"{type(e).__name__} after {attempt + 1} tries: {e}") from e
@@ -163,24 +167,40 @@ class ModelClient:
                 delay = min(delay * 2, 8.0)
             except (litellm.exceptions.ContextWindowExceededError,) as e:
                 raise ModelCallError("context_overflow", str(e)) from e
-            except litellm.exceptions.BadRequestError as e:
+            except (litellm.exceptions.BadRequestError, BadRequestHTTPError) as e:
                 kind = "context_overflow" if any(m in str(e).lower() for m in _CONTEXT_MARKERS) else "model_error"
                 raise ModelCallError(kind, str(e)) from e
             except Exception as e:  # anything else from a provider is this call's failure, not a crash
                 raise ModelCallError("model_error", f"{type(e).__name__}: {e}") from e
         raise AssertionError("unreachable")
 
+    async def _send(self, kwargs: dict[str, Any], t0: float) -> ModelResponse:
+        if self.lean:
+            data = await post_chat(kwargs)
+            return self._normalise_json(data, time.perf_counter() - t0)
+        resp = await litellm.acompletion(**kwargs)
+        return self._normalise(resp, time.perf_counter() - t0)
+
+    def _normalise_json(self, data: dict[str, Any], latency: float) -> ModelResponse:
+        """The lean path's decoded JSON -> the same record `_normalise` makes from LiteLLM's object."""
+        choice = data["choices"][0]
+        msg = choice.get("message") or {}
+        message = _assistant_message(msg.get("content"), msg.get("tool_calls") or [])
+        usage = data.get("usage") or {}
+        pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        return ModelResponse(
+            message=message, tool_calls=parse_tool_calls(message.get("tool_calls")),
+            finish_reason=choice.get("finish_reason"), prompt_tokens=pt, completion_tokens=ct,
+            cost_usd=pt * self.role.input_cost_per_token + ct * self.role.output_cost_per_token,
+            latency_s=latency, prompt_token_ids=_get(data, "prompt_token_ids"),
+            completion_token_ids=_get(choice, "token_ids"), logprobs=logprobs_of(choice),
+        )
+
     def _normalise(self, resp: Any, latency: float) -> ModelResponse:
         choice = resp.choices[0]
         msg = choice.message
         raw_calls = [tc.model_dump() if hasattr(tc, "model_dump") else dict(tc) for tc in (msg.tool_calls or [])]
-        message: dict[str, Any] = {"role": "assistant", "content": msg.content}
-        if raw_calls:
-            message["tool_calls"] = [
-                {"id": tc.get("id") or f"call_{i}", "type": "function",
-                 "function": {"name": (tc.get("function") or {}).get("name"), "arguments": (tc.get("function") or {}).get("arguments")}}
-                for i, tc in enumerate(raw_calls)
-            ]
+        message = _assistant_message(msg.content, raw_calls)
         usage = getattr(resp, "usage", None)
         pt = int(getattr(usage, "prompt_tokens", 0) or 0)
         ct = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -194,6 +214,7 @@ class ModelClient:
             latency_s=latency,
             prompt_token_ids=_get(resp, "prompt_token_ids"),
             completion_token_ids=_get(choice, "token_ids") or _get(msg, "token_ids"),
+            logprobs=logprobs_of(choice),
             injected_faults=_injected_faults(msg),  # flawed/<family>: simulation ground truth
         )
 
@@ -206,6 +227,17 @@ class ModelClient:
         except Exception:
             log.warning("no price known for %s; counting its cost as 0.0 (set input/output_cost_per_token)", r.model)
             return 0.0
+
+
+def _assistant_message(content: str | None, raw_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if raw_calls:
+        message["tool_calls"] = [
+            {"id": tc.get("id") or f"call_{i}", "type": "function",
+             "function": {"name": (tc.get("function") or {}).get("name"), "arguments": (tc.get("function") or {}).get("arguments")}}
+            for i, tc in enumerate(raw_calls)
+        ]
+    return message
 
 
 def _strict(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -48,20 +48,41 @@ async def test_cost_accounting_uses_role_prices(vllm_server):
     assert resp.cost_usd == pytest.approx(resp.prompt_tokens * 1e-3 + resp.completion_tokens * 2e-3)
 
 
-async def test_unknown_model_and_dead_server_are_model_errors(vllm_server):
+@pytest.mark.parametrize("transport", ["auto", "litellm"])
+async def test_unknown_model_and_dead_server_are_model_errors(vllm_server, transport):
     with pytest.raises(ModelCallError) as e:
-        await ModelClient(_role(vllm_server, model="no-such-model")).complete([{"role": "user", "content": "x"}])
+        await ModelClient(_role(vllm_server, model="no-such-model"), transport).complete([{"role": "user", "content": "x"}])
     assert e.value.kind == "model_error"
     dead = ModelRole(model="hosted_vllm/tiny", api_base="http://127.0.0.1:9/v1", retries=1, timeout_s=5)
-    with pytest.raises(ModelCallError):
-        await ModelClient(dead).complete([{"role": "user", "content": "x"}])
+    with pytest.raises(ModelCallError) as e:
+        await ModelClient(dead, transport).complete([{"role": "user", "content": "x"}])
+    assert e.value.kind == "model_error" and "after 2 tries" in str(e.value)
 
 
-async def test_prompt_over_the_window_is_context_overflow(vllm_server):
+@pytest.mark.parametrize("transport", ["auto", "litellm"])
+async def test_prompt_over_the_window_is_context_overflow(vllm_server, transport):
     huge = "word " * 20000  # the fixture serves an 8192-token window
     with pytest.raises(ModelCallError) as e:
-        await ModelClient(_role(vllm_server)).complete([{"role": "user", "content": huge}])
+        await ModelClient(_role(vllm_server), transport).complete([{"role": "user", "content": huge}])
     assert e.value.kind == "context_overflow", str(e.value)
+
+
+async def test_lean_path_and_litellm_give_the_same_record(vllm_server):
+    """hosted_vllm goes through agents/vllm_http.py by default; LiteLLM on the same seeded request gives the
+    same message, tool calls, token ids and logprobs (one per sampled token)."""
+    lean, full = ModelClient(_role(vllm_server, temperature=1.0)), ModelClient(_role(vllm_server, temperature=1.0), "litellm")
+    assert lean.lean and not full.lean
+    msgs = [{"role": "user", "content": "look up x"}]
+    a = await lean.complete(msgs, TOOLS, tool_choice="required", max_tokens=48, seed=1)
+    b = await full.complete(msgs, TOOLS, tool_choice="required", max_tokens=48, seed=1)
+    def calls(r):  # tool call ids are drawn by the server per request
+        return [(c.name, c.arguments_json()) for c in r.tool_calls]
+
+    assert a.tool_calls and calls(a) == calls(b) and (a.content or "") == (b.content or "")
+    assert a.finish_reason == b.finish_reason
+    assert a.prompt_token_ids == b.prompt_token_ids and a.completion_token_ids == b.completion_token_ids
+    assert a.logprobs and len(a.logprobs) == len(a.completion_token_ids) and all(x <= 0.0 for x in a.logprobs)
+    assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
 
 
 async def test_lora_adapter_hot_loads_and_changes_greedy_output(vllm_server, tiny_model_dir, tmp_path):
