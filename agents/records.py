@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.token_ids import turn_token_ids
+from agents.tool_args import parse_arguments
 from harness.context import ContextCut, apply_cut
 from tasks.records import TaskInstance, ToolCall, ToolResult, Verdict
 
@@ -43,21 +44,13 @@ STOP_REASON_MEANINGS: dict[str, str] = {
 
 
 def parse_tool_calls(raw_calls: list[dict[str, Any]] | None) -> list[ToolCall]:
-    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object."""
+    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object (or are
+    nested deeper than `agents.tool_args.MAX_ARGS_DEPTH`): the runtime answers those as malformed calls."""
     out = []
     for i, tc in enumerate(raw_calls or []):
         fn = tc.get("function") or {}
-        args_raw = fn.get("arguments")
-        args: dict[str, Any] | str
-        if isinstance(args_raw, dict):
-            args = args_raw
-        else:
-            try:
-                parsed = json.loads(args_raw) if args_raw else {}
-                args = parsed if isinstance(parsed, dict) else str(args_raw)
-            except (json.JSONDecodeError, TypeError):
-                args = str(args_raw)
-        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""), arguments=args))
+        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""),
+                            arguments=parse_arguments(fn.get("arguments"))))
     return out
 
 
