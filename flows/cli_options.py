@@ -16,13 +16,19 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, NoReturn, Optional, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str) -> NoReturn:
+    """A bad input: the message on stderr (one line per problem, naming the option or key), exit status 2."""
+    typer.echo(f"coevo: error: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def option_name(field: str) -> str:
