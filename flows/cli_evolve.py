@@ -21,6 +21,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from flows.cli_options import check_harness, fail, writable_dir
 from flows.local import configure_prefect_env
 
 console = Console(soft_wrap=True)
@@ -85,6 +86,9 @@ def evolve(
     if family not in tasks.families():
         raise typer.BadParameter(f"unknown family '{family}'; available: {', '.join(tasks.families())}",
                                  param_hint="--family")
+    if wall_s <= 0:
+        fail(f"--wall-s: must be greater than 0, got {wall_s}")
+    check_harness(harness, "--harness")
     search = {"seeds": seeds, "minibatch_size": minibatch, "proposals_per_iteration": proposals,
               "budget_rollouts": budget_rollouts,
               "budget_reflector_usd": budget_usd, "budget_wall_s": budget_wall_s, "max_edits": max_edits}
@@ -97,12 +101,11 @@ def evolve(
     try:
         settings = _settings(family, student, api_base, reflector, reflector_api_base, harness, search, data)
     except ValueError as e:
-        console.print(f"[red]bad option[/]: {e}")
-        raise typer.Exit(2) from None
+        fail(f"bad option: {' '.join(str(e).split())[:500]}")
     out = out.resolve()
+    writable_dir(out, "--out")
     if resume and not (out / "state.json").exists():
-        console.print(f"[red]--resume[/]: {out} holds no run")
-        raise typer.Exit(2)
+        fail(f"--resume: {out} holds no run")
     store = RunStore(out.parent, out.name)
     from flows.evolution import evolution_flow
 

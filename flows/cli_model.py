@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from deploy import tiny_model, vllm_server
-from flows.cli_options import fail
+from flows.cli_options import existing_path, fail
 
 console = Console()
 model_app = typer.Typer(help="Build models locally (never downloaded).", no_args_is_help=True)
@@ -25,6 +25,8 @@ def model_tiny(
     seed: Annotated[int, typer.Option(help="Seed: same seed, byte-identical weights and tokenizer.")] = 0,
 ) -> None:
     """Build the tiny Qwen3-architecture model (~0.5M parameters, head_dim 64) with a locally trained tokenizer."""
+    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+        fail(f"--out: {out} is not a directory path (a file is in the way)")
     with console.status(f"building tiny model (seed {seed})"):
         path = tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=seed))
     console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
@@ -49,12 +51,17 @@ def serve_start(
     cpu_kvcache_gib: Annotated[int, typer.Option(help="CPU only: KV cache GiB (whole number).")] = 1,
 ) -> None:
     """Start a vLLM server in the background and wait until it answers; prints its api_base."""
+    existing_path(model, "--model", "dir")
     spec = serve_spec(
         model=str(model), name=name, port=port, host=host, api_key_env=api_key_env, device=device, tool_call_parser=tool_call_parser,  # type: ignore[arg-type]
         chat_template=str(chat_template) if chat_template else None, max_lora_rank=max_lora_rank,
         max_loras=max_loras, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization, cpu_kvcache_gib=cpu_kvcache_gib,
     )
+    try:
+        spec.api_key()  # the key variable is set (its value goes to the server's environment only)
+    except vllm_server.ServerStartError as e:
+        fail(f"--api-key-env: {e}")
     with console.status(f"starting vLLM ({device}) on port {port}; the CPU build takes ~30 s"):
         try:
             handle = vllm_server.start_server(spec)
@@ -84,6 +91,7 @@ def serve_load_adapter(
         help="Environment variable holding the server's key (as given to `serve start`).")] = None,
 ) -> None:
     """Hot-load a LoRA adapter into a running server; call it as hosted_vllm/<name>."""
+    existing_path(path, "--path", "dir")
     api_base = f"http://{host}:{port}/v1"
     key = os.environ.get(api_key_env) if api_key_env else None
     if api_key_env and not key:
@@ -91,8 +99,9 @@ def serve_load_adapter(
     try:
         vllm_server.load_adapter(api_base, name, path, api_key=key)
         served = vllm_server.served_models(api_base, key)
-    except (httpx.HTTPError, RuntimeError) as e:
-        fail(f"load-adapter: {e}")
+    except (httpx.HTTPError, RuntimeError) as e:  # no server there, or it refused: not a bad input (exit 1)
+        console.print(f"[red]load-adapter failed:[/] {e}")
+        raise typer.Exit(1) from None
     console.print(f"loaded {name}; served: {', '.join(served)}")
 
 

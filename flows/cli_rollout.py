@@ -22,7 +22,7 @@ from rich.table import Table
 
 from agents.records import ModelRole, Trajectory
 from agents.jobs import Limits
-from flows.cli_options import model_options
+from flows.cli_options import check_harness, fail, model_options, writable_dir
 
 if TYPE_CHECKING:
     from flows.plan import RolloutSpec
@@ -82,8 +82,7 @@ def _spec(model: ModelRole, harness_spec: str, families: list[str], split: str, 
     """The command's options as a rollout plan spec (validated: a bad value names its option)."""
     from flows.plan import RolloutSpec
 
-    if harness_spec != "baseline" and not Path(harness_spec).exists():
-        raise typer.BadParameter(f"{harness_spec} is neither 'baseline' nor an existing harness file", param_hint="--harness")
+    check_harness(harness_spec, "--harness")
     try:
         return RolloutSpec(name=tag, model=model, harness=harness_spec, families=families, split=split,  # type: ignore[arg-type]
                            n_instances=n, seeds=seeds, limits=limits, tag=tag, tool_choice=_tool_choice(tool_choice))
@@ -124,9 +123,13 @@ def rollout(
     from flows.plan import plan
 
     urls = list(api_base or [])
+    writable_dir(out, "--out")
     # One server: it is part of the model's identity. Several: replicas of one model, routed per episode.
-    role = ModelRole(model=model, api_base=urls[0] if len(urls) == 1 else None, max_tokens=limits.max_tokens_per_turn,
-                     temperature=temperature, strict_tools=strict_tools)
+    try:
+        role = ModelRole(model=model, api_base=urls[0] if len(urls) == 1 else None,
+                         max_tokens=limits.max_tokens_per_turn, temperature=temperature, strict_tools=strict_tools)
+    except ValidationError as e:
+        fail(f"--model: {e.errors()[0]['msg'].removeprefix('Value error, ')}")
     spec = _spec(role, harness_spec, _families(list(family or [])), split, n, seeds, limits, tag, tool_choice)
     jobs = [job for chunk in plan(spec, Path.cwd()) for job in chunk.jobs]
     routes = {spec.role(f).model: urls for f in spec.families} if len(urls) > 1 else None

@@ -121,7 +121,8 @@ class RayConfig(BaseModel):
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # errors never echo a value (a key)
 
-    name: str = "run"
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$",
+                      description="Part of the run id (<time>-<name>): letters, digits, . _ @ + - (no path).")
     runs_dir: str = "runs"
     tiny_model: TinyModelConfig | None = Field(default=None, description="Build the tiny local model first.")
     servers: list[ServeSpec] = Field(default_factory=list, description="vLLM servers the run starts and stops.")
@@ -314,4 +315,8 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"config file {path} not found") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
+    except (OSError, UnicodeDecodeError) as e:  # a directory, unreadable, not text
+        raise ConfigError(f"config file {path}: {type(e).__name__}: {e}") from None
     return parse_config(data or {}, str(path))
