@@ -85,12 +85,12 @@ def dataset_build(
     _build(trajectories, tokenizer, mask, out, turns, length, chat_template)
 
 
-def _serve(summaries: list[TrainSummary], api_base: str, name: str) -> None:
+def _serve(summaries: list[TrainSummary], api_base: str, name: str, api_key: str | None) -> None:
     from deploy.vllm_server import load_adapter
 
     for s in summaries:
         served = name if s.seed == 0 else f"{name}.s{s.seed}"
-        load_adapter(api_base, served, s.adapter_dir)
+        load_adapter(api_base, served, s.adapter_dir, api_key=api_key)
         console.print(f"[green]loaded[/] {s.adapter_dir} as {served} on {api_base}")
 
 
@@ -104,6 +104,8 @@ def train(
     mask: Annotated[str, typer.Option(help=MASK_HELP + " Only when --data holds trajectories.")] = "assistant",
     serve_port: Annotated[Optional[int], typer.Option(help="Load the adapters into the vLLM server on this port.")] = None,
     serve_host: Annotated[str, typer.Option(help="Host of that server.")] = "127.0.0.1",
+    serve_api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding that server's key (as given to `coevo serve start --api-key-env`).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Served name of seed 0, e.g. student@r1 (seed s>0: NAME.sS).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
@@ -116,6 +118,9 @@ def train(
 
     if serve_port is not None and not name:
         raise typer.BadParameter("--serve-port needs --name (e.g. student@r1)")
+    serve_key = os.environ.get(serve_api_key_env) if serve_api_key_env else None
+    if serve_api_key_env and not serve_key:
+        fail(f"--serve-api-key-env: environment variable {serve_api_key_env} is not set")
     existing_path(data, "--data")
     existing_path(base, "--base", "dir")
     writable_dir(out, "--out")
@@ -134,7 +139,7 @@ def train(
                       f"{s.trained_tokens_per_s:.0f}", s.adapter_dir)
     console.print(table)
     if serve_port is not None and name:
-        _serve(summaries, f"http://{serve_host}:{serve_port}/v1", name)
+        _serve(summaries, f"http://{serve_host}:{serve_port}/v1", name, serve_key)
 
 
 def register(app: typer.Typer) -> None:

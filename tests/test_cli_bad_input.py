@@ -129,6 +129,8 @@ def _cases(f: dict[str, str]) -> list[tuple[list[str], str]]:
         (["train", "--data", f["empty"], "--base", f["missing"], "--out", f["out"]], "--base"),
         (["train", "--data", f["empty"], "--base", f["model"], "--out", f["out"], "--rank", "-1"], "--rank"),
         (["train", "--data", f["empty"], "--base", f["model"], "--out", f["out"], "--serve-port", "8000"], "--name"),
+        (["train", "--data", f["empty"], "--base", f["model"], "--out", f["out"], "--serve-port", "8000", "--name",
+          "s@1", "--serve-api-key-env", "COEVO_UNSET_VAR"], "COEVO_UNSET_VAR"),
         (["run"], "--config"),
         (["run", "--config", f["missing"]], "not found"),
         (["run", "--config", f["bad.yaml"]], "not valid YAML"),

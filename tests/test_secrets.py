@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 import yaml
@@ -25,7 +26,9 @@ import yaml
 from agents.client import ModelClient
 from agents.records import ModelRole
 from agents.rollout import run_episode
-from deploy.vllm_server import ServeSpec, is_loopback
+from deploy.vllm_server import (
+    ServeSpec, auth_headers, find_server, free_port, is_loopback, served_models, start_server, stop_server,
+)
 from flows.config import ConfigError, load_config, parse_config, preflight
 from harness import baseline
 from scripted_model import Step, counter_env, scripted
@@ -108,6 +111,32 @@ def test_the_suites_vllm_server_listens_on_loopback_only(vllm_server: str) -> No
     port = int(vllm_server.rsplit(":", 1)[1].split("/")[0])
     listening = [c for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
     assert listening and all(is_loopback(c.laddr.ip) for c in listening), listening
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_keyed_server_refuses_calls_and_adapter_loads_without_the_key(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COEVO_SERVE_KEY", FAKE_KEY)
+    spec = ServeSpec(model=str(tiny_model_dir), name="tiny", port=free_port(), api_key_env="COEVO_SERVE_KEY",
+                     enable_lora=True, max_lora_rank=8, max_loras=1, max_model_len=2048, cpu_kvcache_gib=1)
+    start_server(spec, state_dir=tmp_path, ready_timeout_s=400)  # its readiness check already needs the key
+    try:
+        base = spec.api_base
+        load = {"lora_name": "x@1", "lora_path": str(tmp_path)}
+        assert httpx.get(f"{base}/models", timeout=30).status_code == 401
+        assert httpx.post(f"{base}/load_lora_adapter", json=load, timeout=30).status_code == 401
+        assert httpx.post(f"{base}/load_lora_adapter", json=load, timeout=30,
+                          headers=auth_headers("wrong")).status_code == 401
+        assert served_models(base, FAKE_KEY) == ["tiny"]
+        assert httpx.post(f"{base}/load_lora_adapter", json=load, timeout=60,
+                          headers=auth_headers(FAKE_KEY)).status_code != 401  # past the guard (no adapter there)
+        listening = [c for c in psutil.net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == spec.port]
+        assert listening and all(is_loopback(c.laddr.ip) for c in listening)
+        assert FAKE_KEY not in " ".join(psutil.Process(find_server(spec.port, tmp_path).pid).cmdline())
+    finally:
+        stop_server(spec.port, state_dir=tmp_path)
 
 
 # --- a real flow run with a fake key ------------------------------------------------------------------
