@@ -4,6 +4,9 @@ Roles are `ModelRole`s: `hosted_vllm/<name>` at an `api_base` (our vLLM servers,
 under their versioned names), `oracle/<family>` (the task's reference policy behind LiteLLM's custom
 provider interface, registered on first use), or any hosted provider string.
 
+Keys: a role names where its key lives (`api_key_env`, or a Prefect Secret block `api_key_secret`), never the
+key itself; the client reads it at call time, so configs, run stores and Prefect parameters never hold one.
+
 Error policy: transient failures (connection refused, timeouts, 5xx, rate limits) are retried with
 exponential backoff; what remains raises `ModelCallError` with a `kind` the rollout maps to a stop reason
 (`context_overflow` for a prompt over the window, `model_error` otherwise).
@@ -107,10 +110,42 @@ class ModelClient:
 
     def __init__(self, role: ModelRole, transport: Transport | None = None) -> None:
         self.role = role
+        self._secret: str | None = None  # the Secret block's value once loaded (never serialised or logged)
         if role.provider in OWN_PROVIDERS:
             _ensure_custom_providers()
         # hosted_vllm goes through the lean HTTP path (agents/vllm_http.py) unless told to use LiteLLM
         self.lean = role.provider == "hosted_vllm" and (transport or transport_from_env()) == "auto"
+
+    def api_key(self) -> str | None:
+        """The key sent with each call, resolved now: the `api_key_env` variable, the loaded `api_key_secret`
+        block (`await load_key()` first), else 'EMPTY' for our vLLM servers started without a key."""
+        r = self.role
+        if r.api_key_env:
+            value = os.environ.get(r.api_key_env)
+            if not value:
+                raise ModelCallError("model_error", f"{r.model}: environment variable {r.api_key_env} (api_key_env) "
+                                                    "is not set in this process")
+            return value
+        if r.api_key_secret:
+            if self._secret is None:
+                raise ModelCallError("model_error", f"{r.model}: Secret block '{r.api_key_secret}' not loaded yet "
+                                                    "(await ModelClient.load_key() first)")
+            return self._secret
+        return "EMPTY" if r.provider == "hosted_vllm" else None
+
+    async def load_key(self) -> None:
+        """Load the role's Prefect Secret block (`api_key_secret`) once; a no-op for other roles."""
+        name = self.role.api_key_secret
+        if not name or self._secret is not None:
+            return
+        try:
+            from prefect.blocks.system import Secret
+
+            value = (await Secret.aload(name)).get()
+        except Exception as e:  # no Prefect API, no such block, ...: this call's failure, not a crash
+            raise ModelCallError("model_error", f"{self.role.model}: Secret block '{name}' (api_key_secret) could "
+                                                f"not be loaded: {type(e).__name__}: {str(e)[:200]}") from None
+        self._secret = str(value)
 
     def request_kwargs(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        tool_choice: ToolChoice | None, seed: int | None, max_tokens: int | None,
@@ -123,7 +158,7 @@ class ModelClient:
         }
         if r.api_base:
             kw["api_base"] = r.api_base
-        kw["api_key"] = r.api_key or ("EMPTY" if r.provider == "hosted_vllm" else None)
+        kw["api_key"] = self.api_key()
         extra = dict(r.extra_body)
         if tools:
             tool_kw: dict[str, Any] = {"tools": _strict(tools) if r.strict_tools else tools}
@@ -153,6 +188,7 @@ class ModelClient:
         max_tokens: int | None = None,
         context: Mapping[str, Any] | None = None,
     ) -> ModelResponse:
+        await self.load_key()
         kwargs = self.request_kwargs(messages, tools, tool_choice, seed, max_tokens, context)
         delay = 0.5
         for attempt in range(self.role.retries + 1):

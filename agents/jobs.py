@@ -21,6 +21,8 @@ class Limits(BaseModel):
     wall_s: float = Field(default=600.0, gt=0, description="Wall-clock seconds for the whole episode.")
     cost_usd: float = Field(default=20.0, ge=0, description="Stop once the episode's model cost reaches this.")
     max_tokens_per_turn: int = Field(default=512, ge=1, description="Max generated tokens per model call.")
+    max_tool_calls_per_turn: int = Field(
+        default=32, ge=1, description="Tool calls run per assistant turn; the rest are answered with one message naming the cap.")
 
 
 class RolloutJob(BaseModel):

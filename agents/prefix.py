@@ -34,6 +34,7 @@ import tasks
 from agents.episode import EpisodeState
 from agents.records import InjectedFault, Trajectory, TurnRecord, parse_tool_calls
 from agents.token_ids import turn_token_ids
+from agents.tool_args import OVER_CAP_PREFIX
 from harness.context import ContextPolicy, truncate
 from harness.hooks import BLOCKED_PREFIX, NOT_RUN
 from harness.render import Rendered
@@ -141,7 +142,7 @@ async def _replay(state: EpisodeState, env: Environment, rendered: Rendered, ans
     env_calls: list[int] = []
     for k, a in enumerate(answered):
         state.call_counts[(a.call.name, a.call.arguments_json())] += 1
-        if a.shown.startswith((BLOCKED_PREFIX, NOT_RUN)) or isinstance(a.call.arguments, str):
+        if a.shown.startswith((BLOCKED_PREFIX, NOT_RUN, OVER_CAP_PREFIX)) or isinstance(a.call.arguments, str):
             continue
         if a.call.name in rendered.helper_tools:
             results[k] = state.helpers.call(a.call.name, a.call.arguments)

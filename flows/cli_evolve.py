@@ -14,6 +14,7 @@ Budgets are per search seed. Strategy flags follow `name` or `name:MODEL`.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -21,6 +22,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from flows.cli_options import check_harness, fail, writable_dir
 from flows.local import configure_prefect_env
 
 console = Console(soft_wrap=True)
@@ -33,14 +35,19 @@ def _tool_choice(value: str | None) -> str | dict[str, object] | None:
 
 
 def _settings(family: str, student: str, api_base: str | None, reflector: str, reflector_api_base: str | None,
-              harness: str, search: dict[str, object], data: dict[str, object]):  # -> EvolveSettings
+              harness: str, search: dict[str, object], data: dict[str, object],
+              keys: tuple[str | None, str | None] = (None, None)):  # -> EvolveSettings; keys: api_key_env names
     from agents.records import ModelRole
     from flows.evolution import EvolveSettings
     from harness.evolution import SearchConfig, parse_strategy
 
     name, model = parse_strategy(reflector)
-    reflector_role = ModelRole(model=model, api_base=reflector_api_base, max_tokens=1024) if name == "llm" else None
-    return EvolveSettings(family=family, student=ModelRole(model=student, api_base=api_base,
+    for option, var in zip(("--api-key-env", "--reflector-api-key-env"), keys):
+        if var and not os.environ.get(var):
+            raise ValueError(f"{option}: environment variable {var} is not set")
+    reflector_role = (ModelRole(model=model, api_base=reflector_api_base, api_key_env=keys[1], max_tokens=1024)
+                      if name == "llm" else None)
+    return EvolveSettings(family=family, student=ModelRole(model=student, api_base=api_base, api_key_env=keys[0],
                                                            max_tokens=int(data.pop("max_tokens")),
                                                            temperature=float(data.pop("temperature"))),
                           reflector=reflector, reflector_role=reflector_role, harness=harness,
@@ -55,6 +62,9 @@ def evolve(
     api_base: Annotated[Optional[str], typer.Option(help="Student server URL ending in /v1.")] = None,
     reflector: Annotated[str, typer.Option(help="library | llm:MODEL (a LiteLLM model string).")] = "library",
     reflector_api_base: Annotated[Optional[str], typer.Option(help="Server URL of an llm:MODEL reflector.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="Environment variable holding the student's key.")] = None,
+    reflector_api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding the llm:MODEL reflector's key.")] = None,
     reflector_prompt_chars: Annotated[int, typer.Option(min=4000, help="Prompt size cap of llm:MODEL (characters).")] = 40_000,
     seeds: Annotated[int, typer.Option(min=1, help="Search seeds; h* is the best validation score over them.")] = 3,
     resume: Annotated[bool, typer.Option(help="Continue the search stored under --out (same settings).")] = False,
@@ -85,6 +95,9 @@ def evolve(
     if family not in tasks.families():
         raise typer.BadParameter(f"unknown family '{family}'; available: {', '.join(tasks.families())}",
                                  param_hint="--family")
+    if wall_s <= 0:
+        fail(f"--wall-s: must be greater than 0, got {wall_s}")
+    check_harness(harness, "--harness")
     search = {"seeds": seeds, "minibatch_size": minibatch, "proposals_per_iteration": proposals,
               "budget_rollouts": budget_rollouts,
               "budget_reflector_usd": budget_usd, "budget_wall_s": budget_wall_s, "max_edits": max_edits}
@@ -95,14 +108,14 @@ def evolve(
                                "reflector_prompt_chars": reflector_prompt_chars,
                                "temperature": temperature}
     try:
-        settings = _settings(family, student, api_base, reflector, reflector_api_base, harness, search, data)
+        settings = _settings(family, student, api_base, reflector, reflector_api_base, harness, search, data,
+                             (api_key_env, reflector_api_key_env))
     except ValueError as e:
-        console.print(f"[red]bad option[/]: {e}")
-        raise typer.Exit(2) from None
+        fail(f"bad option: {' '.join(str(e).split())[:500]}")
     out = out.resolve()
+    writable_dir(out, "--out")
     if resume and not (out / "state.json").exists():
-        console.print(f"[red]--resume[/]: {out} holds no run")
-        raise typer.Exit(2)
+        fail(f"--resume: {out} holds no run")
     store = RunStore(out.parent, out.name)
     from flows.evolution import evolution_flow
 

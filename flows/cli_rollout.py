@@ -11,6 +11,7 @@ each, defaults and help from the record; --max-tokens is --max-tokens-per-turn).
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -22,7 +23,7 @@ from rich.table import Table
 
 from agents.records import ModelRole, Trajectory
 from agents.jobs import Limits
-from flows.cli_options import model_options
+from flows.cli_options import check_harness, fail, model_options, writable_dir
 
 if TYPE_CHECKING:
     from flows.plan import RolloutSpec
@@ -82,8 +83,7 @@ def _spec(model: ModelRole, harness_spec: str, families: list[str], split: str, 
     """The command's options as a rollout plan spec (validated: a bad value names its option)."""
     from flows.plan import RolloutSpec
 
-    if harness_spec != "baseline" and not Path(harness_spec).exists():
-        raise typer.BadParameter(f"{harness_spec} is neither 'baseline' nor an existing harness file", param_hint="--harness")
+    check_harness(harness_spec, "--harness")
     try:
         return RolloutSpec(name=tag, model=model, harness=harness_spec, families=families, split=split,  # type: ignore[arg-type]
                            n_instances=n, seeds=seeds, limits=limits, tag=tag, tool_choice=_tool_choice(tool_choice))
@@ -99,6 +99,8 @@ def rollout(
     out: Annotated[Path, typer.Option(help="Output directory; trajectories go to DIR/trajectories.parquet.")],
     limits: Limits,
     api_base: Annotated[Optional[list[str]], typer.Option(help="Server URL ending in /v1; repeat to route over several replicas.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding the model's key (read at call time; never a key on the command line).")] = None,
     harness_spec: Annotated[str, typer.Option("--harness", help="'baseline' (h0 per family) or a harness YAML/JSON file.")] = "baseline",
     family: Annotated[Optional[list[str]], typer.Option(help="Task family; repeat for several, or 'all'.")] = None,
     split: Annotated[str, typer.Option(help="train | val | test | pretrain.")] = "val",
@@ -124,9 +126,17 @@ def rollout(
     from flows.plan import plan
 
     urls = list(api_base or [])
+    writable_dir(out, "--out")
     # One server: it is part of the model's identity. Several: replicas of one model, routed per episode.
-    role = ModelRole(model=model, api_base=urls[0] if len(urls) == 1 else None, max_tokens=limits.max_tokens_per_turn,
-                     temperature=temperature, strict_tools=strict_tools)
+    try:
+        role = ModelRole(model=model, api_base=urls[0] if len(urls) == 1 else None, api_key_env=api_key_env,
+                         max_tokens=limits.max_tokens_per_turn, temperature=temperature, strict_tools=strict_tools)
+    except ValidationError as e:
+        err = e.errors()[0]
+        fail(f"{'--api-key-env' if 'api_key_env' in err['loc'] else '--model'}: "
+             f"{err['msg'].removeprefix('Value error, ')}")
+    if api_key_env and not os.environ.get(api_key_env):
+        fail(f"--api-key-env: environment variable {api_key_env} is not set")
     spec = _spec(role, harness_spec, _families(list(family or [])), split, n, seeds, limits, tag, tool_choice)
     jobs = [job for chunk in plan(spec, Path.cwd()) for job in chunk.jobs]
     routes = {spec.role(f).model: urls for f in spec.families} if len(urls) > 1 else None

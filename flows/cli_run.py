@@ -25,7 +25,8 @@ from rich.console import Console
 
 from flows.config import ConfigError, RunConfig, load_config, parse_config, preflight
 from flows.local import DASHBOARD_FILE, configure_prefect_env, write_dashboard_file
-from flows.store import RunStore, new_run_id
+from flows.cli_options import fail
+from flows.store import RunStore, check_run_id, new_run_id
 
 console = Console(soft_wrap=True)  # long paths stay on one line (copy-pasteable)
 
@@ -47,6 +48,10 @@ def _print_result(run_id: str, run_dir: str, report_path: str, family_rows: list
 
 def _resolve_config(config: Optional[Path], resume: Optional[str], runs_dir: Optional[str]) -> tuple[RunConfig, str]:
     if resume:
+        try:
+            check_run_id(resume)
+        except ValueError as e:
+            raise ConfigError(f"--resume: {e}") from None
         if config is not None:
             cfg = load_config(config)
         else:
@@ -94,8 +99,7 @@ def run(
         cfg = parse_config(data, str(config or "resumed config"))
         preflight(cfg, Path.cwd())
     except ConfigError as e:
-        console.print(f"[red]config error[/]\n{e}")
-        raise typer.Exit(2) from None
+        fail(f"config error: {e}")
     fams = cfg.family_names()
     console.print(f"run [bold]{run_id}[/]: {len(cfg.with_adapter_pair().evaluation.pairs)} pair(s) × {len(fams)} families × "
                   f"{cfg.evaluation.n_instances or 'all'} instances × {cfg.evaluation.seeds} seeds; {where}")
@@ -126,9 +130,8 @@ def report(
     where = configure_prefect_env()
     try:
         RunStore.open_existing(runs_dir, run_id)
-    except FileNotFoundError as e:
-        console.print(f"[red]{e}[/]")
-        raise typer.Exit(2) from None
+    except (FileNotFoundError, ValueError) as e:  # no such run; a run id that is a path ('..')
+        fail(f"RUN_ID: {e}")
     console.print(where)
     from flows.evaluation import report_flow
 
@@ -143,7 +146,7 @@ def report(
 
 
 def dashboard(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 4200,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1.")] = 4200,
 ) -> None:
     """Start the Prefect UI/API on 127.0.0.1 over the project's local database; Ctrl-C stops it."""
     os.environ.pop("PREFECT_API_URL", None)  # the server itself must not point at another API

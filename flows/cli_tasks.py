@@ -49,7 +49,7 @@ def check(
         None, "--family", "-f", help="Family to check (repeatable); default all present."),
     split: Optional[list[str]] = typer.Option(
         None, "--split", "-s", help="train | val | test (repeatable); default all."),
-    workers: int = typer.Option(0, "--workers", "-w", help="Worker processes; 0 = one per CPU core."),
+    workers: int = typer.Option(0, "--workers", "-w", min=0, help="Worker processes; 0 = one per CPU core."),
 ) -> None:
     """Run the oracle and a do-nothing policy on every instance; exit 1 unless the oracle scores 1.0 and
     do-nothing scores < 1.0 everywhere."""

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.cli_options import model_options
+from flows.cli_options import existing_path, fail, first_line, model_options, read_trajectory_option, writable_dir
 from training.config import LengthRule, TrainConfig
 
 if TYPE_CHECKING:
@@ -30,21 +30,30 @@ dataset_app = typer.Typer(help="Training datasets: trajectories -> token ids + l
 MASK_HELP = "assistant = every assistant turn; turns = the marked turns only (e.g. the corrected t*); last = the final turn."
 
 
+def _turns(path: Path) -> dict[str, list[int]]:
+    """--turns: JSON {trajectory id: [turn, ...]}; anything else is one line naming the option."""
+    try:
+        data = json.loads(existing_path(path, "--turns", "file").read_text())
+        return {str(k): [int(i) for i in v] for k, v in data.items()}
+    except (ValueError, TypeError, AttributeError, RecursionError, OSError) as e:
+        fail(f"--turns: {path} is not JSON {{trajectory id: [turn, ...]}} ({type(e).__name__}: {first_line(e)})")
+
+
 def _build(trajectories: Path, tokenizer_dir: Path, mask: str, out: Path, turns_file: Path | None,
            length: LengthRule, chat_template: Path | None) -> Path:
-    from agents.trajectory_table import read_trajectories
     from training.dataset import build_dataset, load_tokenizer, write_dataset
     from training.render import MASK_MODES
 
     if mask not in MASK_MODES:
         raise typer.BadParameter(f"--mask must be one of {', '.join(MASK_MODES)}, not {mask!r}")
-    trajs = read_trajectories(trajectories)
-    if not trajs:
-        raise typer.BadParameter(f"no trajectories under {trajectories} (expects .parquet files from `coevo rollout`)")
-    turns = None
-    if turns_file is not None:
-        turns = {k: [int(i) for i in v] for k, v in json.loads(turns_file.read_text()).items()}
-    tok = load_tokenizer(tokenizer_dir, chat_template)
+    existing_path(tokenizer_dir, "--tokenizer", "dir")
+    writable_dir(out, "--out")
+    turns = _turns(turns_file) if turns_file is not None else None
+    trajs = read_trajectory_option(existing_path(trajectories, "--trajectories"), "--trajectories")
+    try:
+        tok = load_tokenizer(tokenizer_dir, chat_template)
+    except (OSError, ValueError) as e:  # no tokenizer files there, or not a tokenizer
+        fail(f"--tokenizer: {tokenizer_dir}: {first_line(e)}")
     with console.status(f"rendering {len(trajs)} trajectories"):
         built = build_dataset(trajs, tok, mask=mask, turns=turns, tokenizer_name=str(tokenizer_dir),  # type: ignore[arg-type]
                               length=length)
@@ -76,12 +85,12 @@ def dataset_build(
     _build(trajectories, tokenizer, mask, out, turns, length, chat_template)
 
 
-def _serve(summaries: list[TrainSummary], api_base: str, name: str) -> None:
+def _serve(summaries: list[TrainSummary], api_base: str, name: str, api_key: str | None) -> None:
     from deploy.vllm_server import load_adapter
 
     for s in summaries:
         served = name if s.seed == 0 else f"{name}.s{s.seed}"
-        load_adapter(api_base, served, s.adapter_dir)
+        load_adapter(api_base, served, s.adapter_dir, api_key=api_key)
         console.print(f"[green]loaded[/] {s.adapter_dir} as {served} on {api_base}")
 
 
@@ -95,6 +104,8 @@ def train(
     mask: Annotated[str, typer.Option(help=MASK_HELP + " Only when --data holds trajectories.")] = "assistant",
     serve_port: Annotated[Optional[int], typer.Option(help="Load the adapters into the vLLM server on this port.")] = None,
     serve_host: Annotated[str, typer.Option(help="Host of that server.")] = "127.0.0.1",
+    serve_api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding that server's key (as given to `coevo serve start --api-key-env`).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Served name of seed 0, e.g. student@r1 (seed s>0: NAME.sS).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
@@ -107,6 +118,12 @@ def train(
 
     if serve_port is not None and not name:
         raise typer.BadParameter("--serve-port needs --name (e.g. student@r1)")
+    serve_key = os.environ.get(serve_api_key_env) if serve_api_key_env else None
+    if serve_api_key_env and not serve_key:
+        fail(f"--serve-api-key-env: environment variable {serve_api_key_env} is not set")
+    existing_path(data, "--data")
+    existing_path(base, "--base", "dir")
+    writable_dir(out, "--out")
     if not is_dataset(data):
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every rank would write the same files at once
             raise typer.BadParameter("under accelerate launch with several processes, --data must be a built "
@@ -122,7 +139,7 @@ def train(
                       f"{s.trained_tokens_per_s:.0f}", s.adapter_dir)
     console.print(table)
     if serve_port is not None and name:
-        _serve(summaries, f"http://{serve_host}:{serve_port}/v1", name)
+        _serve(summaries, f"http://{serve_host}:{serve_port}/v1", name, serve_key)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ embedded-default expert: each family's reference policy).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,10 @@ class RayConfig(BaseModel):
 
 
 class RunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # errors never echo a value (a key)
 
-    name: str = "run"
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$",
+                      description="Part of the run id (<time>-<name>): letters, digits, . _ @ + - (no path).")
     runs_dir: str = "runs"
     tiny_model: TinyModelConfig | None = Field(default=None, description="Build the tiny local model first.")
     servers: list[ServeSpec] = Field(default_factory=list, description="vLLM servers the run starts and stops.")
@@ -170,7 +172,16 @@ class RunConfig(BaseModel):
             raise ValueError(f"servers: two servers share a port ({ports})")
         if self.training is not None:
             self._check_training(self.training)
+        self._check_server_keys()
         return self
+
+    def _check_server_keys(self) -> None:
+        """A role calling a managed server that requires a key must name the same key variable."""
+        for role_name, role in self.models.items():
+            spec = self.server_for(role)
+            if spec is not None and spec.api_key_env and role.api_key_env != spec.api_key_env:
+                raise ValueError(f"models.{role_name}.api_key_env: server '{spec.name}' requires the key in "
+                                 f"{spec.api_key_env}; set `api_key_env: {spec.api_key_env}` on this role")
 
     def _check_training(self, t: TrainingConfig) -> None:
         sources = [p.name for p in self.evaluation.pairs if not self.is_trained_pair(p)]
@@ -256,10 +267,23 @@ def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
         tiny_ok = tiny_out is not None and (root / config.training.base_model).resolve() == tiny_out
         if not (root / config.training.base_model).exists() and not tiny_ok:
             raise ConfigError(f"training.base_model: model directory '{config.training.base_model}' does not exist")
+    _check_key_variables(config)
     available = len(SPLIT_RANGES[config.evaluation.split])
     if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
         raise ConfigError(f"evaluation.n_instances: {config.evaluation.n_instances} > the {available} "
                           f"{config.evaluation.split} instances each family has (use null for all)")
+
+
+def _check_key_variables(config: RunConfig) -> None:
+    """Every key variable the run will read is set in this process (its value is never read into the config)."""
+    used = {p.model for p in config.evaluation.pairs} | ({config.training.role} if config.training else set())
+    for name in sorted(used):
+        var = config.models[name].api_key_env
+        if var and not os.environ.get(var):
+            raise ConfigError(f"models.{name}.api_key_env: environment variable {var} is not set")
+    for i, spec in enumerate(config.servers):
+        if spec.api_key_env and not os.environ.get(spec.api_key_env):
+            raise ConfigError(f"servers.{i}.api_key_env: environment variable {spec.api_key_env} is not set")
 
 
 def _format_errors(e: ValidationError, source: str) -> str:
@@ -291,4 +315,8 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"config file {path} not found") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
+    except (OSError, UnicodeDecodeError) as e:  # a directory, unreadable, not text
+        raise ConfigError(f"config file {path}: {type(e).__name__}: {e}") from None
     return parse_config(data or {}, str(path))

@@ -21,6 +21,7 @@ server that died during the stage once and runs the stage again.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -107,7 +108,7 @@ def _server_down(config: RunConfig, chunk: Chunk, trajs: list[Trajectory]) -> st
         return None
     role = chunk.jobs[0].model
     bases = api_bases(config).get(role.model) or ([role.api_base] if role.api_base else [])
-    down = servers.unreachable(bases)
+    down = servers.unreachable(bases, os.environ.get(role.api_key_env) if role.api_key_env else None)
     return f"model server(s) {down} for {role.model} stopped answering during chunk {chunk.key}" if down else None
 
 

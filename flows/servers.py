@@ -68,14 +68,15 @@ def resolve_spec(spec: ServeSpec, repo_root: Path) -> ServeSpec:
     return spec.model_copy(update=update)
 
 
-def unreachable(api_bases: Iterable[str]) -> list[str]:
-    """The URLs among these that do not answer a health check right now."""
-    return [b for b in api_bases if not vllm_server.is_ready(b)]
+def unreachable(api_bases: Iterable[str], api_key: str | None = None) -> list[str]:
+    """The URLs among these that do not answer a health check right now (with the key a guarded server needs)."""
+    return [b for b in api_bases if not vllm_server.is_ready(b, api_key=api_key)]
 
 
 def _serves(spec: ServeSpec) -> bool:
     try:
-        return vllm_server.is_ready(spec.api_base) and spec.name in vllm_server.served_models(spec.api_base)
+        key = spec.api_key()
+        return vllm_server.is_ready(spec.api_base, api_key=key) and spec.name in vllm_server.served_models(spec.api_base, key)
     except Exception:  # noqa: BLE001 - anything but a clean answer means "not our server"
         return False
 
@@ -127,7 +128,7 @@ class ModelServers:
     def _load_adapters(self, spec: ServeSpec) -> None:
         for server, name, path in self.adapters:
             if server == spec.name:
-                vllm_server.load_adapter(spec.api_base, name, path)
+                vllm_server.load_adapter(spec.api_base, name, path, api_key=spec.api_key())
 
     def down(self) -> list[str]:
         """Health check: names of the run's servers that do not answer (with their served name) right now."""
@@ -157,7 +158,8 @@ class ModelServers:
 
     def serve_adapter(self, server: str | None, api_base: str, name: str, path: Path) -> None:
         """Load an adapter now; when `server` is one of the run's, also after every restart of it."""
-        vllm_server.load_adapter(api_base, name, path)
+        spec = next((s for s in self.specs if s.name == server), None)
+        vllm_server.load_adapter(api_base, name, path, api_key=spec.api_key() if spec else None)
         if server is not None:
             self.adapters.append((server, name, path))
 

@@ -40,7 +40,14 @@ def content_key(*parts: Any) -> str:
 
 
 def new_run_id(name: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    return check_run_id(f"{time.strftime('%Y%m%d-%H%M%S')}-{name}")
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id is one directory name under the runs directory: never a path out of it ('..', '/')."""
+    if not run_id or run_id in (".", "..") or any(c in run_id for c in "/\\\0") or ".." in run_id:
+        raise ValueError(f"run id '{run_id}' must be one directory name (no '/', '\\' or '..')")
+    return run_id
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -52,7 +59,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 class RunStore:
     def __init__(self, runs_dir: str | Path, run_id: str) -> None:
-        self.run_id = run_id
+        self.run_id = check_run_id(run_id)
         self.root = Path(runs_dir) / run_id
         for sub in SUBDIRS:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -151,7 +158,7 @@ class RunStore:
     @classmethod
     def open_existing(cls, runs_dir: str | Path, run_id: str) -> "RunStore":
         """A run that must already exist (resume, report): a clear error instead of a fresh empty run."""
-        root = Path(runs_dir) / run_id
+        root = Path(runs_dir) / check_run_id(run_id)
         if not (root / "state.json").exists():
             known = ", ".join(list_runs(runs_dir)[-5:]) or "none"
             raise FileNotFoundError(f"no run '{run_id}' under {Path(runs_dir).resolve()} (latest: {known})")

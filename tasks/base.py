@@ -158,6 +158,8 @@ def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any]:
         parsed = json.loads(arguments)
     except (json.JSONDecodeError, TypeError) as e:
         raise ToolError(f"arguments are not valid JSON ({e}); send a JSON object") from None
+    except RecursionError:
+        raise ToolError("arguments are nested too deeply to parse; send a flat JSON object") from None
     if not isinstance(parsed, dict):
         raise ToolError(f"arguments must be a JSON object, got {type(parsed).__name__}")
     return parsed
