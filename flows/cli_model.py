@@ -53,7 +53,8 @@ def serve_start(
     """Start a vLLM server in the background and wait until it answers; prints its api_base."""
     existing_path(model, "--model", "dir")
     spec = serve_spec(
-        model=str(model), name=name, port=port, host=host, api_key_env=api_key_env, device=device, tool_call_parser=tool_call_parser,  # type: ignore[arg-type]
+        model=str(model), name=name, port=port, host=host, api_key_env=api_key_env, device=device,
+        tool_call_parser=tool_call_parser,
         chat_template=str(chat_template) if chat_template else None, max_lora_rank=max_lora_rank,
         max_loras=max_loras, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization, cpu_kvcache_gib=cpu_kvcache_gib,

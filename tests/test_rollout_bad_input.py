@@ -51,6 +51,15 @@ async def test_deeply_nested_arguments_are_a_malformed_call_and_the_turn_is_kept
     env2.close()
 
 
+async def test_an_environment_called_directly_with_deep_text_answers_an_error():
+    env = counter_env(5)
+    env.reset()
+    for raw in (DEEP_ARGUMENTS["list_unclosed"], DEEP_ARGUMENTS["object"]):
+        result = await env.call("add", raw)
+        assert result.is_error and "nested too deeply" in result.content and env.calls == []
+    env.close()
+
+
 def test_depth_scan_ignores_brackets_in_strings_and_stops_early():
     assert json_depth('{"s": "[[[[{{{{\\"[[["}') == 1
     assert json_depth("[" * 10**6) == MAX_ARGS_DEPTH + 1  # stops at the cap, whatever the length
