@@ -81,6 +81,7 @@ def _verify_tests(instance: TaskInstance, files: dict[str, str]) -> Verdict:
     earned, lines = judge_runs(run.outcomes, schedule)
     slots = [(True, "")] * earned + [(False, "passes on the page and catches a seeded fault: no")] * (
         max(len(run.outcomes), MIN_TESTS) - earned)
+    lines += [f"- {f}" for f in run.failures[:10]]
     return Verdict.from_items({"tests_pass": slots}).model_copy(update={"feedback": "\n".join(lines)})
 
 

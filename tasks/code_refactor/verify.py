@@ -10,6 +10,7 @@ asks the sandboxed code for each value (`hidden_run`), so the code under test ca
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -59,8 +60,10 @@ def _run_tests(spec: Spec, workspace: Path) -> dict[str, tuple[bool, str]]:
     their report is the agent's word), then the hidden tests by the checker's own runner (`hidden_run`)."""
     source = hidden_test(spec)
     expected = source.count("    def test_")
-    reports = {"visible_tests_pass": _run_visible(workspace),
-               "hidden_tests_pass": run_hidden(source, HIDDEN_MODULE, spec.pkg, workspace, VERIFY_LIMITS, VERIFY_WALL_S)}
+    with ThreadPoolExecutor(1) as pool:  # side by side: a hang costs one wall-clock limit, not two
+        visible = pool.submit(_run_visible, workspace)
+        hidden = run_hidden(source, HIDDEN_MODULE, spec.pkg, workspace, VERIFY_LIMITS, VERIFY_WALL_S)
+        reports = {"visible_tests_pass": visible.result(), "hidden_tests_pass": hidden}
     out: dict[str, tuple[bool, str]] = {}
     for name, want in (("visible_tests_pass", None), ("hidden_tests_pass", expected)):
         r = reports[name]
