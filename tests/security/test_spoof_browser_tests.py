@@ -124,3 +124,14 @@ def _no_leftovers():
     yield
     for p in _sleepers():
         p.kill()
+
+
+def test_every_lab_page_has_one_distinct_fault_per_behaviour() -> None:
+    from tasks.shop.lab_mutants import mutants
+    from tasks.shop.lab_pages import make_lab_page
+
+    for seed in range(150):
+        for hard in (False, True):
+            lab = make_lab_page(seed, hard)
+            pages = mutants(lab)
+            assert len(pages) == len(lab.behaviours) and len({lab.html, *pages}) == len(pages) + 1, (seed, hard)
