@@ -1,13 +1,16 @@
-"""Run an agent's Playwright tests against a generated page with pytest, in a child process.
+"""Run an agent's Playwright tests against a generated page with pytest, in the sandbox.
 
 Only the agent's `test_*.py` files are copied into a fresh directory next to our own `conftest.py` (an
-agent's conftest could otherwise replace the `page` fixture). The child gets a wall-clock limit and its
-whole process group (pytest, the Playwright driver, Chromium) is killed at the limit. It does not run in
-`tasks.runtime.sandbox`: the tests need a browser and the instance's loopback server, which the sandbox's
-network namespace and address-space limit rule out; see docs/browser_tasks.md.
+agent's conftest could otherwise replace the `page` fixture). pytest, the Playwright driver and Chromium run
+in `tasks.runtime.sandbox` like the shell tool: bubblewrap as an unprivileged uid, the test directory the
+only writable place, no network but the page's own server (reached through `unix_relay`: a Unix socket
+bound into the sandbox, forwarded to the server's loopback port inside it), whole-call limits on memory and
+processes, and everything the tests started is killed when the call ends.
 
 Score = passed / max(total, 5), as in the public suite; a test that never takes the `page` fixture is
-counted in the total but not as passed (so `def test_x(): assert True` earns nothing).
+counted in the total but not as passed (so `def test_x(): assert True` earns nothing). With `runs > 1`
+every test that takes `page` is run that many times, each run's context carrying a run cookie the page's
+server reads (`tasks.shop.lab_mutants`); `TestRun.outcomes` then holds each run's pass/fail.
 """
 
 from __future__ import annotations
@@ -15,22 +18,23 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
+import urllib.parse
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from tasks.runtime.browser import CHROMIUM_ARGS, chromium_path
+from tasks.runtime.sandbox import Sandbox, SandboxLimits, SandboxResult
+from tasks.runtime.unix_relay import FORWARDER, UnixRelay
 
 MIN_TESTS = 5
 TIMEOUT_S = 90.0
 TEST_FILE_RE = re.compile(r"^(tests/)?test_[a-z0-9_]{1,60}\.py$")
 
 CONFTEST = '''
+import hashlib
 import os
 import pytest
 from playwright.sync_api import sync_playwright
@@ -46,9 +50,23 @@ def _coevo_browser():
 
 
 @pytest.fixture
-def page(_coevo_browser):
+def _coevo_run():
+    return 0
+
+
+def pytest_generate_tests(metafunc):
+    runs = int(os.environ.get("COEVO_RUNS", "1"))
+    if runs > 1 and "page" in metafunc.fixturenames:
+        metafunc.parametrize("_coevo_run", range(runs), ids=[f"r{i}" for i in range(runs)])
+
+
+@pytest.fixture
+def page(_coevo_browser, _coevo_run, request):
     """A fresh page already showing the page under test."""
     ctx = _coevo_browser.new_context()
+    if int(os.environ.get("COEVO_RUNS", "1")) > 1:
+        key = hashlib.sha256(f"{request.node.module.__name__}::{request.node.originalname}".encode()).hexdigest()[:16]
+        ctx.add_cookies([{"name": "coevo_run", "value": f"{key}-{_coevo_run}", "url": os.environ["PAGE_URL"]}])
     pg = ctx.new_page()
     pg.set_default_timeout(4000)
     pg.goto(os.environ["PAGE_URL"])
@@ -72,6 +90,7 @@ class TestRun(BaseModel):
     passed: int = 0
     failures: list[str] = []
     error: str = ""
+    outcomes: dict[str, list[bool]] = {}  # with runs > 1: "module::test" -> pass/fail of each run
 
     @property
     def score(self) -> float:
@@ -86,59 +105,125 @@ class TestRun(BaseModel):
         return "\n".join(lines)
 
 
-def run_tests(test_files: dict[str, str], page_url: str, *, timeout_s: float = TIMEOUT_S) -> TestRun:
-    """Run the given {name: source} test files against `page_url`."""
+# The tests' whole call: Chromium reserves terabytes of address space and runs a hundred threads, so the
+# per-process address-space cap is lifted and the call's cgroup (memory, tasks) is what holds it.
+PW_LIMITS = SandboxLimits(wall_s=TIMEOUT_S, cpu_s=120, memory_bytes=1 << 46, call_memory_bytes=2 << 30,
+                          max_procs=512, tmp_bytes=512 << 20, max_output_chars=16_000)
+SITE_ROOT = "/coevo-site"  # the test runner's packages (pytest, playwright), read-only
+NET_ROOT = "/coevo-net"  # the relay's socket
+
+
+def run_tests(test_files: dict[str, str], page_url: str, *, timeout_s: float = TIMEOUT_S, runs: int = 1) -> TestRun:
+    """Run the given {name: source} test files against `page_url` in the sandbox (each test `runs` times)."""
     if not test_files:
         return TestRun(error="no test files (write tests/test_<name>.py)")
     work = Path(tempfile.mkdtemp(prefix="coevo-pwtest-"))
+    net = Path(tempfile.mkdtemp(prefix="coevo-pwnet-"))
+    url = urllib.parse.urlsplit(page_url)
+    relay = None
     try:
+        work.chmod(0o755)
+        net.chmod(0o755)
         for name, text in test_files.items():
             (work / Path(name).name).write_text(text)
         (work / "conftest.py").write_text(CONFTEST)
         (work / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-        env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")},
-               "PAGE_URL": page_url, "COEVO_CHROMIUM": chromium_path(), "COEVO_CHROMIUM_ARGS": " ".join(CHROMIUM_ARGS),
-               "COEVO_NOPAGE_FILE": str(work / "nopage.txt"), "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio", "-c", str(work / "pytest.ini"),
-               "--rootdir", str(work), "--junitxml", str(work / "report.xml"), str(work)]
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        relay = UnixRelay(net / "shop.sock", url.hostname or "127.0.0.1", url.port or 80)
+        result = _sandboxed_pytest(work, net, page_url, url.port or 80, runs, timeout_s)
+        if result.timed_out:
             return TestRun(error=f"the tests did not finish within {timeout_s:.0f} s and were killed")
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # leftover browsers of a test that forked
-            except ProcessLookupError:
-                pass
-        return _parse(work, out.decode("utf-8", "replace"))
+        return _parse(work, result.output, runs)
     finally:
+        if relay is not None:
+            relay.close()
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(net, ignore_errors=True)
 
 
-def _parse(work: Path, output: str) -> TestRun:
+def _site_packages() -> Path:
+    import playwright  # the runner's own packages, bound read-only into the sandbox
+
+    return Path(playwright.__file__).resolve().parent.parent
+
+
+def _chromium() -> str:
+    """The browser binary itself (the /usr/bin launcher script reads /etc, which the sandbox lacks)."""
+    real = Path("/usr/lib/chromium/chromium")
+    return str(real) if real.exists() and not os.environ.get("COEVO_CHROMIUM") else chromium_path()
+
+
+def _sandboxed_pytest(work: Path, net: Path, page_url: str, port: int, runs: int,
+                      timeout_s: float) -> SandboxResult:
+    sandbox = Sandbox(work, PW_LIMITS, ro_binds={SITE_ROOT: _site_packages(), NET_ROOT: net})
+    bwrap = sandbox.backend == "bwrap"
+    root = sandbox.root
+    env = {"PAGE_URL": page_url, "COEVO_CHROMIUM": _chromium(), "COEVO_CHROMIUM_ARGS": " ".join(CHROMIUM_ARGS),
+           "COEVO_NOPAGE_FILE": f"{root}/nopage.txt", "COEVO_RUNS": str(runs), "PYTHONDONTWRITEBYTECODE": "1"}
+    args = ["-q", "-p", "no:asyncio", "-c", f"{root}/pytest.ini", "--rootdir", root, "--junitxml",
+            f"{root}/report.xml", root]
+    site = SITE_ROOT if bwrap else str(_site_packages())
+    sock = f"{NET_ROOT}/shop.sock" if bwrap else str(net / "shop.sock")
+    boot = (f"import os, sys\nsys.path.insert(0, {site!r})\nos.environ.update({env!r})\n" + FORWARDER
+            + (f"_coevo_forward({port}, {sock!r})\n" if bwrap else "")
+            + f"import pytest\ncode = pytest.main({args!r})\nsys.stdout.flush()\nos._exit(int(code))\n")
+    return sandbox.python(boot, wall_s=timeout_s)
+
+
+def _parse(work: Path, output: str, runs: int = 1) -> TestRun:
     report = work / "report.xml"
     if not report.exists():
         tail = re.sub(r"\d+\.\d+s", "", output.strip())[-800:]
         return TestRun(error=f"pytest produced no report: {tail}")
     nopage = set((work / "nopage.txt").read_text().split()) if (work / "nopage.txt").exists() else set()
+    try:
+        cases = list(ET.parse(report).getroot().iter("testcase"))
+    except ET.ParseError as e:
+        return TestRun(error=f"the test report could not be read: {e}")
+    if runs > 1:
+        return _parse_runs(cases, nopage, runs)
     total, passed, failures = 0, 0, []
-    for case in ET.parse(report).getroot().iter("testcase"):
+    for case in cases:
         total += 1
-        name = case.get("name", "?")
-        bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
-        uses_page = not any(n.endswith("::" + name) for n in nopage)
-        if bad is None and uses_page:
-            passed += 1
-        elif bad is None:
-            failures.append(f"{name}: does not use the page fixture, so it tests nothing on the page")
-        else:
-            msg = (bad.get("message") or bad.tag).split("\n")[0][:200]
-            failures.append(f"{name}: {bad.tag}: {msg}")
+        ok, why = _case_outcome(case, nopage)
+        passed += ok
+        if not ok:
+            failures.append(why)
     if total == 0:
         tail = re.sub(r"\d+\.\d+s", "", output.strip())[-800:]
         return TestRun(error=f"no tests were collected: {tail}")
     return TestRun(total=total, passed=passed, failures=failures)
+
+
+def _case_outcome(case: ET.Element, nopage: set[str]) -> tuple[bool, str]:
+    name = case.get("name", "?")
+    bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+    uses_page = not any(n.endswith("::" + name) for n in nopage)
+    if bad is None and uses_page:
+        return True, ""
+    if bad is None:
+        return False, f"{name}: does not use the page fixture, so it tests nothing on the page"
+    msg = (bad.get("message") or bad.tag).split("\n")[0][:200]
+    return False, f"{name}: {bad.tag}: {msg}"
+
+
+_RUN_ID = re.compile(r"^(?P<fn>[^\[]+)\[r(?P<run>\d+)\]$")
+
+
+def _parse_runs(cases: list[ET.Element], nopage: set[str], runs: int) -> TestRun:
+    """Each test's pass/fail per run (a test without every run, or without `page`, never passes)."""
+    outcomes: dict[str, list[bool]] = {}
+    failures: list[str] = []
+    for case in cases:
+        name = case.get("name", "?")
+        m = _RUN_ID.match(name)
+        key = f"{(case.get('classname') or '').split('.')[0]}::{m.group('fn') if m else name}"
+        row = outcomes.setdefault(key, [False] * runs)
+        ok, why = _case_outcome(case, nopage)
+        if m and int(m.group("run")) < runs:
+            row[int(m.group("run"))] = ok
+        elif why:
+            failures.append(why)  # a test without `page` is not run per variant: it tests nothing on the page
+    if not outcomes:
+        return TestRun(error="no tests were collected")
+    return TestRun(total=len(outcomes), passed=sum(all(r) for r in outcomes.values()), failures=failures,
+                   outcomes=outcomes)
