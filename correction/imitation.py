@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -141,3 +142,19 @@ def build_imitation_set(expert: Iterable[Trajectory], student: Iterable[Trajecto
                          student_successes=len(kinds[1][0]), dropped=dict(sorted(dropped.items())), mix=mixed.card,
                          sources=sources)
     return ImitationSet(trajectories=rows, card=card)
+
+
+ROWS_FILE = "imitation.parquet"
+CARD_FILE = "card.json"
+
+
+def write_imitation_set(built: ImitationSet, out_dir: str | Path) -> Path:
+    """out_dir/imitation.parquet (+ its turn table; what `coevo train --data out_dir` reads) and card.json (last)."""
+    from agents.trajectory_table import write_trajectories
+
+    out = Path(out_dir)
+    write_trajectories(out / ROWS_FILE, built.trajectories)
+    tmp = out / (CARD_FILE + ".tmp")
+    tmp.write_text(built.card.model_dump_json(indent=2))
+    tmp.replace(out / CARD_FILE)
+    return out

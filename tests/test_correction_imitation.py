@@ -118,3 +118,48 @@ def test_leakage_guard_names_the_trajectory_and_instance(runs: dict[str, list[Tr
     # train and pretrain rows pass; the guard returns them as they are
     pre = _rollouts(f"oracle/{FAMILY}", [1000], 1, h)[0]
     assert check_no_leakage(runs["expert"] + [pre], "x") == runs["expert"] + [pre]
+
+
+def test_coevo_imitate_writes_what_coevo_train_takes_and_refuses_bad_input(
+        runs: dict[str, list[Trajectory]], tmp_path: Path, tiny_model_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agents.trajectory_table import read_trajectories, write_trajectories
+    from flows.cli import app
+
+    h = _edited()
+    hdir = tmp_path / "hstar"
+    h.dump(hdir / "evolution" / FAMILY / "h_star.yaml")  # a DIR as `coevo evolve --out` writes it
+    write_trajectories(tmp_path / "expert" / "t.parquet", runs["expert"][:1])
+    write_trajectories(tmp_path / "student" / "t.parquet", runs["student"])
+    cli = CliRunner()
+    args = ["imitate", "--expert-trajectories", str(tmp_path / "expert"), "--student-trajectories",
+            str(tmp_path / "student"), "--harness", str(hdir), "--self-successes", "1"]
+    res = cli.invoke(app, [*args, "--out", str(tmp_path / "imit")])
+    assert res.exit_code == 0, res.output
+    rows = read_trajectories(tmp_path / "imit")
+    assert sorted(r.tag for r in rows) == [TAG_IMITATION, TAG_SELF]
+    assert "imitation 1, self_success 1" in " ".join(res.output.split())
+    # `coevo train --data DIR` builds the dataset from these trajectories first: the same call, without training
+    res = cli.invoke(app, ["dataset", "build", "--trajectories", str(tmp_path / "imit"), "--tokenizer",
+                           str(tiny_model_dir), "--mask", "turns", "--out", str(tmp_path / "ds")])
+    assert res.exit_code == 0, res.output
+    from training.dataset import load_dataset
+
+    examples, manifest = load_dataset(tmp_path / "ds")
+    n_turns = {r.id: len(r.turns) for r in rows}
+    assert manifest.stats.examples == 2
+    assert all(s.trained_turns == list(range(n_turns[s.trajectory_id])) for s in manifest.sources)
+    # bad input: one line naming the problem, exit 2, nothing written
+    test_row = _rollouts(f"oracle/{FAMILY}", [40], 1, h)
+    write_trajectories(tmp_path / "leaky" / "t.parquet", test_row)
+    for bad, needle in [
+        (["--harness", str(tmp_path / "nowhere")], "is neither 'baseline' nor an existing harness"),
+        (["--harness", str(tmp_path)], f"holds no harness for family {FAMILY}"),
+        (["--harness", "baseline"], "ran under harness"),
+        (["--expert-trajectories", str(tmp_path / "leaky")], f"trajectory {test_row[0].id} on instance stock_alert/40"),
+        (["--student-trajectories", str(tmp_path / "none")], "--student-trajectories:"),
+    ]:
+        res = cli.invoke(app, [*args, *bad, "--out", str(tmp_path / "bad")])
+        assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1, res.output
+        assert not (tmp_path / "bad").exists()
