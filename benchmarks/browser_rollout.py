@@ -94,6 +94,13 @@ def _line(r: dict[str, Any], tag: str) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.keep_browser:
+        try:
+            from tasks.runtime.browser_host import keep_browser_alive
+        except ImportError:  # a runtime from before the shared browser: one Chromium per environment
+            print("this runtime has no shared browser: --keep-browser ignored")
+        else:
+            keep_browser_alive()  # as a rollout actor does (agents/pool_actor.py)
     results: list[dict[str, Any]] = []
     first = True
     for _ in range(args.repeats):
@@ -129,4 +136,6 @@ if __name__ == "__main__":
     ap.add_argument("--start", type=int, default=0, help="First instance index.")
     ap.add_argument("--split", default="train")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--keep-browser", action=argparse.BooleanOptionalAction, default=True,
+                    help="Keep the process's Chromium between rollouts, as a rollout actor does (default on).")
     asyncio.run(main(ap.parse_args()))
