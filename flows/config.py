@@ -188,6 +188,8 @@ class RunConfig(BaseModel):
         if t.source_pair not in sources:
             raise ValueError(f"training.source_pair: '{t.source_pair}' is not an evaluation pair "
                              f"(pairs: {', '.join(sources)})")
+        if t.data_split == "pretrain" and (t.data_instances or self.evaluation.n_instances) is None:
+            raise ValueError("training.data_instances: the pretrain split is unbounded; set how many instances")
         if t.self_success_role is not None and t.self_success_role not in self.models:
             raise ValueError(f"training.self_success_role: role '{t.self_success_role}' is not defined under "
                              f"`models` (defined: {', '.join(self.models)})")

@@ -92,6 +92,11 @@ def test_training_never_runs_on_val_or_test(tmp_path: Path, tiny_model_dir: Path
     with pytest.raises(ConfigError, match=r"training.data_split: Input should be 'train' or 'pretrain'"):
         parse_config(raw)
     raw = _raw(tmp_path, tiny_model_dir)
+    raw["training"].update(data_split="pretrain", data_instances=None)
+    raw["evaluation"]["n_instances"] = None
+    with pytest.raises(ConfigError, match=r"training.data_instances: the pretrain split is unbounded"):
+        parse_config(raw)
+    raw = _raw(tmp_path, tiny_model_dir)
     raw["training"]["self_success_role"] = "nobody"
     with pytest.raises(ConfigError, match=r"training.self_success_role: role 'nobody' is not defined"):
         parse_config(raw)
