@@ -153,8 +153,8 @@ class BrowserSession:
                 return
             except Exception:
                 dead = True
-        if kill_if_stuck and dead and browser is not None and HOST.browser is browser:
-            await HOST.kill_browser()
+        if kill_if_stuck and dead:
+            await HOST.kill_browser(browser)
 
     async def _ensure_page(self) -> Any:
         if self._ctx_browser is not None and not self._ctx_browser.is_connected():

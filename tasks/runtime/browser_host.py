@@ -64,15 +64,19 @@ class BrowserHost:
                 self.loop = loop
             return self.loop
 
+    def _guard(self) -> asyncio.Lock:
+        """Serialises launch, kill and stop (so a stop never takes down a browser another session just launched)."""
+        if self._launching is None:
+            self._launching = asyncio.Lock()
+        return self._launching
+
     async def acquire(self, user: object) -> Any:
         """The running browser (launched if none is, or if it died), counted as used by `user`."""
         from playwright.async_api import async_playwright
 
-        if self._launching is None:
-            self._launching = asyncio.Lock()
-        async with self._launching:
+        async with self._guard():
             if self.browser is not None and not self.browser.is_connected():
-                await self.kill_browser()
+                await self._kill()
             if self.browser is None:
                 if self.pw is None:
                     self.pw = await async_playwright().start()
@@ -85,12 +89,23 @@ class BrowserHost:
             return self.browser
 
     async def release(self, user: object) -> None:
-        self.users.discard(id(user))
-        if not self.users and not self.keep_alive:
-            await self.stop()
+        async with self._guard():
+            self.users.discard(id(user))
+            if not self.users and not self.keep_alive:
+                await self._stop()
 
-    async def kill_browser(self) -> None:
-        """SIGKILL the current Chromium (a hung page, a dead browser); the next `acquire` launches a new one."""
+    async def kill_browser(self, browser: Any) -> None:
+        """SIGKILL `browser` if it is still the current one (a hung page, a dead browser); the next `acquire`
+        launches a new one."""
+        async with self._guard():
+            if browser is not None and self.browser is browser:
+                await self._kill()
+
+    async def stop(self) -> None:
+        async with self._guard():
+            await self._stop()
+
+    async def _kill(self) -> None:
         browser, self.browser = self.browser, None
         self.kill_leftovers(include_driver=False)
         if browser is not None:
@@ -99,7 +114,7 @@ class BrowserHost:
             except Exception:
                 pass
 
-    async def stop(self) -> None:
+    async def _stop(self) -> None:
         """Close Chromium and stop the Playwright driver; kill whatever is left of either."""
         browser, self.browser = self.browser, None
         if browser is not None:
