@@ -206,6 +206,11 @@ class RolloutActor:
     def __init__(self) -> None:
         _undo_worker_niceness()
         _warm_up()
+        # Browser families: one Chromium for the actor's life, a fresh context per environment (and per oracle
+        # copy), instead of a Chromium start per environment (tasks/runtime/browser_host.py).
+        from tasks.runtime.browser_host import keep_browser_alive
+
+        keep_browser_alive()
 
     async def ping(self) -> bool:
         return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -102,6 +102,17 @@ class TrainingConfig(BaseModel):
     length: LengthRule = Field(default_factory=LengthRule, description="Sequence length (training.config."
                                "LengthRule): max_len, raised to 2x when more than raise_above of the examples "
                                "exceed it; longer examples are dropped and counted.")
+    data_split: Literal["train", "pretrain"] = Field(
+        default="train", description="Split the training rollouts run on (the imitation_data stage): the source "
+                                     "pair's model and harness on its first data_instances; val and test are never "
+                                     "trained on (correction/leakage.py).")
+    data_instances: int | None = Field(default=None, gt=0, description="First N of data_split per family; null = "
+                                       "evaluation.n_instances.")
+    data_seeds: int | None = Field(default=None, gt=0, description="Seeds per instance; null = evaluation.seeds.")
+    self_success_role: str | None = Field(
+        default=None, description="Role (under `models`, e.g. the student) whose own successes under the source "
+                                  "pair's harness on data_split are mixed in, boundary instances first; null = none.")
+    self_successes: int = Field(default=50, ge=0, description="At most this many own successes (paper: ~50).")
     evaluate_adapter: bool = Field(default=True, description="Add the pair (role, adapter_name) on the baseline "
                                    "harness and evaluate it after training.")
 
@@ -188,6 +199,11 @@ class RunConfig(BaseModel):
         if t.source_pair not in sources:
             raise ValueError(f"training.source_pair: '{t.source_pair}' is not an evaluation pair "
                              f"(pairs: {', '.join(sources)})")
+        if t.data_split == "pretrain" and (t.data_instances or self.evaluation.n_instances) is None:
+            raise ValueError("training.data_instances: the pretrain split is unbounded; set how many instances")
+        if t.self_success_role is not None and t.self_success_role not in self.models:
+            raise ValueError(f"training.self_success_role: role '{t.self_success_role}' is not defined under "
+                             f"`models` (defined: {', '.join(self.models)})")
         if t.role not in self.models:
             raise ValueError(f"training.role: role '{t.role}' is not defined under `models` "
                              f"(defined: {', '.join(self.models)})")

@@ -9,7 +9,9 @@ never a Ray handle or a client; Prefect caching is off because the store's conte
     build_tiny_model  (when `tiny_model:` is set) build the tiny local model if missing
     evaluate[pair]    subflow: collect_rollouts (retried on timeouts and Ray errors), then the per-family
                       table as a Prefect table artifact
-    train_adapter     (when `training:` is set) LoRA on the passed trajectories of `training.source_pair`,
+    imitation_data    (when `training:` is set) the source pair's rollouts on `training.data_split` (train), then
+                      the imitation set: its successes + own successes (flows/imitation_stage.py)
+    train_adapter     (when `training:` is set) LoRA on the imitation set,
                       then hot-loaded as `training.adapter_name`; then evaluate[adapter pair] (flows/training_stage.py)
     report            report.md + PNGs in <run>/reports/, a markdown artifact
 
@@ -52,6 +54,8 @@ from flows.plan import Chunk, api_bases, pair_stage, plan_pair
 from flows.reporting import RunReport, write_run_report
 from flows.servers import ModelServers, ServerRestart, ServerUnavailable
 from flows.store import RunStore, new_run_id
+from flows.imitation_stage import STAGE as IMITATION_STAGE
+from flows.imitation_stage import ImitationDataRecord, build_imitation_data, data_chunks
 from flows.training_stage import TrainingRecord, adapter_pairs, train, with_trained_adapter
 
 # What a plain retry of a task can fix. A server that stopped answering is not among them: the server scope
@@ -116,10 +120,14 @@ def _server_down(config: RunConfig, chunk: Chunk, trajs: list[Trajectory]) -> st
       cache_policy=NONE)
 def collect_rollouts(config: RunConfig, run_dir: str, base_dir: str, pair_name: str) -> CollectSummary:
     """Run every unfinished chunk of one pair; a chunk is written (atomically) only when all its jobs are in."""
-    log = get_run_logger()
     store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
     pair = next(p for p in config.evaluation.pairs if p.name == pair_name)
-    chunks = plan_pair(config, pair, Path(base_dir))
+    return run_chunks(config, store, plan_pair(config, pair, Path(base_dir)), pair_name)
+
+
+def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_name: str) -> CollectSummary:
+    """Run the chunks not yet stored through the Ray pool, writing each when all its jobs are in."""
+    log = get_run_logger()
     todo = [c for c in chunks if not store.has(c.stage, c.key)]
     total = sum(len(c.jobs) for c in chunks)
     finished = total - sum(len(c.jobs) for c in todo)
@@ -180,6 +188,21 @@ def evaluate(config: RunConfig, run_dir: str, base_dir: str, pair_name: str) -> 
     store.mark_done("evaluate", pair_name, {"stage": pair_stage(pair), "chunks": [c.key for c in chunks],
                                             "rollouts": frame.height, "desc": desc})
     return summary.model_dump()
+
+
+@task(name="imitation_data", retries=2, retry_delay_seconds=[5, 15], retry_condition_fn=_retry_transient,
+      cache_policy=NONE)
+def imitation_data(config: RunConfig, run_dir: str, base_dir: str) -> ImitationDataRecord:
+    """The training split's rollouts (resumed per chunk), then the imitation set (found by content key on resume)."""
+    store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
+    for name, chunks in data_chunks(config, Path(base_dir)).items():
+        if chunks:
+            run_chunks(config, store, chunks, f"{IMITATION_STAGE}/{name}")
+    rec = build_imitation_data(config, store, Path(base_dir))
+    store.mark_done(IMITATION_STAGE, rec.key, rec.model_dump(mode="json", exclude={"card"}))
+    get_run_logger().info("imitation set %s: %d rows %s (%s)", rec.key, rec.rows, rec.card.mix.taken,
+                          "built" if rec.built else "from the store")
+    return rec
 
 
 @task(name="train_adapter", cache_policy=NONE)
@@ -248,6 +271,7 @@ def _stages(config: RunConfig, run_dir: str, base: str,
                  for p in config.evaluation.pairs if p.name not in trained_pairs]
     if config.training is None:
         return collected, None
+    servers.run("imitation_data", imitation_data, config, run_dir, base)
     trained = servers.run("train_adapter", _train_and_serve, config, run_dir, base, servers)
     with_adapter = with_trained_adapter(config, trained)
     collected += [servers.run(f"evaluate[{name}]", evaluate, with_adapter, run_dir, base, name) for name in trained_pairs]

@@ -56,6 +56,7 @@ class RolloutSpec(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     tag: str = EVAL_TAG
     tool_choice: ToolChoice | None = None
+    stage: str | None = Field(default=None, description="Where its chunks are stored; None = `evaluate/<name>`.")
 
     def role(self, family: str) -> ModelRole:
         return family_role(self.model, family)
@@ -98,7 +99,7 @@ def plan(spec: RolloutSpec, repo_root: Path) -> list[Chunk]:
                               spec.limits.model_dump(), spec.tool_choice)
             jobs = [RolloutJob(instance=i, harness=harness, model=role, seed=seed, limits=spec.limits, tag=spec.tag,
                                tool_choice=spec.tool_choice) for i in insts]
-            chunks.append(Chunk(pair=spec.name, family=family, seed=seed, stage=stage_name(spec.name),
+            chunks.append(Chunk(pair=spec.name, family=family, seed=seed, stage=spec.stage or stage_name(spec.name),
                                 key=f"{family}-s{seed}-{key}", jobs=jobs))
     return chunks
 

@@ -3,9 +3,10 @@
     record = train(config, store, repo_root)      # flows/evaluation.py wraps it as a Prefect task
     servers.serve_adapter(...)                    # the run's ModelServers scope loads seed 0 (flows/servers.py)
 
-1. Data: the passed trajectories of the finished evaluation pair `training.source_pair` (the chunk files
-   `state.json` lists for it), masked `assistant`, rendered with the base model's tokenizer.
-2. `<run>/datasets/<key>`: the key hashes the source chunk keys, the filter, the mask, the tokenizer and the
+1. Data: the imitation set the `imitation_data` stage stored (flows/imitation_stage.py: the source pair's
+   score-1.0 rollouts on the training split plus own successes, built by correction/imitation.py), checked
+   again by the leakage guard, masked `assistant`, rendered with the base model's tokenizer.
+2. `<run>/datasets/<key>`: the key hashes the imitation set's key, the filter, the mask, the tokenizer and the
    length rule, so a resumed run finds the dataset and does not rebuild it.
 3. `<run>/adapters/<adapter_name>/seed-<s>`: `training.lora.train_seeds` skips seeds already finished with
    the same config and data. A name is one adapter: a finished adapter made from other data or settings is
@@ -24,8 +25,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from correction.imitation import DATA_FILTER, MASK
+from correction.leakage import check_no_leakage
 from flows import servers
 from flows.config import AdapterConfig, RunConfig
+from flows.imitation_stage import STAGE as IMITATION_STAGE
+from flows.imitation_stage import data_chunks, data_key
 from flows.store import RunStore, content_key
 from training.config import TrainConfig
 from training.dataset import (
@@ -43,8 +48,6 @@ from training.lora import SUMMARY_FILE, TrainSummary, finished, train_seeds
 log = logging.getLogger(__name__)
 
 STAGE = "train_adapter"
-MASK = "assistant"
-DATA_FILTER = "passed"  # verifier score 1.0: imitate successes only
 
 
 class TrainingRecord(BaseModel):
@@ -60,7 +63,7 @@ class TrainingRecord(BaseModel):
     dataset_built: bool = Field(description="False when the dataset was found in the store (resume).")
     dataset: DatasetStats
     source_pair: str
-    source_trajectories: int = Field(description="Trajectories of the source pair read from the store.")
+    source_trajectories: int = Field(description="Rollouts of the source pair on the training split (imitation_data).")
     seeds_trained: list[int] = Field(description="Seeds trained by this call.")
     seeds_reused: list[int] = Field(description="Seeds already finished with the same config and data (skipped).")
     final_loss: dict[int, float] = Field(description="Seed -> loss of the last optimizer step.")
@@ -75,34 +78,31 @@ def _chat_template(config: RunConfig, repo_root: Path) -> Path | None:
 
 
 def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tuple[Path, bool, int]:
-    """Build (or find) the dataset of the source pair's passed trajectories; (dir, built now, trajectories read)."""
+    """Build (or find) the dataset of the imitation set `imitation_data` stored; (dir, built now, source rollouts)."""
     t = config.training
     assert t is not None
-    done = store.done("evaluate").get(t.source_pair)
+    key = data_key(config, data_chunks(config, repo_root))
+    done = store.done(IMITATION_STAGE).get(key)
     if done is None:
-        raise ValueError(f"training.source_pair: pair '{t.source_pair}' has no finished evaluation in run "
-                         f"{store.run_id}; it must be evaluated before training")
+        raise ValueError(f"training: the imitation set of '{t.source_pair}' on the {t.data_split} split ({key}) is "
+                         f"not in run {store.run_id}; the imitation_data stage must run before training")
     base = (repo_root / t.base_model).resolve()
     tokenizer = load_tokenizer(base, _chat_template(config, repo_root))
     rule = t.length
-    key = content_key("dataset", done["stage"], sorted(done["chunks"]), DATA_FILTER, MASK,
-                      tokenizer_fingerprint(tokenizer), rule.model_dump())
-    out = store.root / "datasets" / key
-    trajs = store.read_chunks(done["stage"], done["chunks"])
+    dkey = content_key("dataset", IMITATION_STAGE, key, DATA_FILTER, MASK, tokenizer_fingerprint(tokenizer),
+                       rule.model_dump())
+    out = store.root / "datasets" / dkey
     if is_dataset(out):
-        return out, False, len(trajs)
-    passed = [x for x in trajs if x.passed]
-    if not passed:
-        raise ValueError(f"training.source_pair: none of the {len(trajs)} trajectories of '{t.source_pair}' "
-                         "passed; there is nothing to imitate")
-    built = build_dataset(passed, tokenizer, mask=MASK, length=rule, tokenizer_name=str(base))
+        return out, False, done["expert_read"]
+    rows = check_no_leakage(store.read_chunks(IMITATION_STAGE, [key]), f"training set of {t.adapter_name}")
+    built = build_dataset(rows, tokenizer, mask=MASK, length=rule, tokenizer_name=str(base))
     if not built.examples:
-        raise ValueError(f"training: all {len(passed)} passed trajectories of '{t.source_pair}' were dropped "
+        raise ValueError(f"training: all {len(rows)} rows of the imitation set of '{t.source_pair}' were dropped "
                          f"({built.manifest.stats.dropped}); see the dataset manifest's `dropped`")
     write_dataset(built, out)
     log.info("dataset %s: %d examples, %d trained tokens, dropped %s", out, built.manifest.stats.examples,
              built.manifest.stats.trained_tokens, built.manifest.stats.dropped)
-    return out, True, len(trajs)
+    return out, True, done["expert_read"]
 
 
 def _check_same_adapter(root: Path, config: TrainConfig, data_hash: str, seeds: range) -> None:

@@ -245,6 +245,9 @@ def test_train_adapter_on_expert_successes_then_evaluate_it_and_resume_skips(
     assert result.report.pairs == ["expert", pair]
     assert [c["pair"] for c in result.collected] == ["expert", pair]
     assert set(RunStore(tmp_path / "runs", result.run_id).done("train_adapter")) == {adapter}
+    # the data came from the TRAIN split (imitation_data), never from the test rollouts the pairs are scored on
+    rows = read_frame(run / "trajectories" / "imitation_data")
+    assert rows.height == 2 + 2 and set(rows["split"]) == {"train"}  # 2 expert rollouts + the 2 rows made of them
     assert pair in (run / "reports" / "report.md").read_text()
 
     # resume: dataset found, seed 0 not retrained, adapter files untouched, no rollout re-run

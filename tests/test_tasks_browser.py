@@ -309,3 +309,42 @@ def test_generation_is_deterministic_across_processes() -> None:
         insts = fam.instances()
         assert {i.difficulty for i in insts} == {"easy", "hard"}
         assert [i.split for i in insts].count("train") == 20 and [i.split for i in insts].count("test") == 60
+
+
+async def test_environments_share_one_chromium_in_isolated_contexts() -> None:
+    """Two environments open at once use one Chromium (one launch), each in its own context: signing in on one
+    does not sign in the other (cookies are per context, and 127.0.0.1 cookies would otherwise cross ports).
+    Closing the last one stops Chromium; kept alive (as a rollout actor keeps it), the next environment reuses
+    it without a launch, and shutting the host down leaves nothing behind."""
+    from tasks.runtime.browser_host import HOST, keep_browser_alive, shutdown_host
+    from tasks.shop.oracle import login_steps
+
+    inst = _first(WA, "set_price")
+    a, b = WA.make_env(inst), WA.make_env(inst)
+    a.reset()
+    b.reset()
+    try:
+        before = HOST.launches
+        for step in login_steps(inst.payload["password"], "/orders"):
+            r = await a.call(step.name, step.arguments)
+            assert not r.is_error, r.content
+        assert "Now at /orders" in r.content
+        r = await b.call("goto", {"url": "/orders"})
+        assert not r.is_error and "Now at /login" in r.content, r.content  # b is not signed in
+        assert HOST.launches == before + 1 and len(HOST.users) == 2
+    finally:
+        a.close()
+        assert _chromium_children()  # b still uses it
+        b.close()
+    assert not _chromium_children()
+    keep_browser_alive()
+    try:
+        for _ in range(2):
+            with WA.make_env(inst) as env:
+                env.reset()
+                assert not (await env.call("goto", {"url": "/login"})).is_error
+        assert HOST.launches == before + 2 and _chromium_children()  # one more launch for both environments
+    finally:
+        keep_browser_alive(False)
+        shutdown_host()
+    assert not _chromium_children()

@@ -1,10 +1,13 @@
-"""One headless Chromium per environment, driven by Playwright's async API, plus the browser tools' actions.
+"""One browser context per environment in the process's shared headless Chromium, driven by Playwright's async
+API, plus the browser tools' actions.
 
 Why a private thread: `Environment.reset()`/`close()` are synchronous and may be called from inside a running
 event loop (the rollout loop's `finally`), where nothing can be awaited. So the browser lives on its own
-event loop in a daemon thread; tool calls hop onto it (`run_coroutine_threadsafe` + `wrap_future`) and
-`close()` blocks on it with a deadline, then SIGKILLs whatever Chromium/driver processes are left (found
-by a marker switch on Chromium's command line), so a crashed or hung browser never outlives its env.
+event loop in a daemon thread (tasks/runtime/browser_host.py: one Chromium per process, one context per
+session, stopped when the last session closes unless kept alive); tool calls hop onto it
+(`run_coroutine_threadsafe` + `wrap_future`) and `close()` blocks on it with a deadline; a Chromium that is
+stopped is SIGKILLed with whatever is left of it (found by a marker switch on its command line), so a crashed
+or hung browser never outlives the environments that used it.
 
 Only the instance's own server is reachable, whatever asks (a `goto`, a link, a form, a script, a redirect):
 - every request of the browser context passes `_route`, which aborts any whose origin is not the server's;
@@ -22,36 +25,26 @@ killed and the browser restarted), a crashed page or browser (reopened on the ne
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
-import signal
 import socket
-import threading
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import psutil
 
+from tasks.runtime.browser_host import CHROMIUM_ARGS, HOST, chromium_path, keep_browser_alive
 from tasks.runtime.page_outline import OUTLINE_JS
 from tasks.tooling import ToolError
 
+__all__ = ["CHROMIUM_ARGS", "BrowserSession", "chromium_path", "keep_browser_alive"]
+
 T = TypeVar("T")
 
-CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--disable-extensions")
 _REF_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,120}$")
 _KEY_RE = re.compile(r"^[A-Za-z0-9+]{1,40}$")
 # Chromium's words for a load our route or the deny proxy stopped
 _BLOCKED_SIGNS = ("ERR_BLOCKED_BY_CLIENT", "ERR_PROXY_CONNECTION_FAILED", "chrome-error://")
-
-
-def chromium_path() -> str:
-    """The system Chromium (Playwright's own download does not work here); COEVO_CHROMIUM overrides."""
-    return os.environ.get("COEVO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
 
 
 class _DenyProxy:
@@ -67,7 +60,8 @@ class _DenyProxy:
 
 
 class BrowserSession:
-    """A lazily started Chromium confined to one origin (`http://127.0.0.1:<port>`)."""
+    """One environment's browser context, confined to one origin (`http://127.0.0.1:<port>`), in the process's
+    shared Chromium (tasks/runtime/browser_host.py), opened lazily on the first action."""
 
     def __init__(self, origin: str, *, action_timeout_s: float = 8.0, viewport: tuple[int, int] = (1280, 900)) -> None:
         self.origin = origin.rstrip("/")
@@ -77,34 +71,36 @@ class BrowserSession:
         self.action_timeout_s = action_timeout_s
         self.hard_limit_s = action_timeout_s + 6.0  # beyond Playwright's own timeout: the page/driver is hung
         self.viewport = viewport
-        self.launches = 0
-        self._marker = f"--coevo-browser={uuid.uuid4().hex}"  # lets close() find exactly this Chromium
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._pw: Any = None
-        self._browser: Any = None
+        self._holding = False  # counted among the host's users (released on close)
+        self._ctx: Any = None
+        self._ctx_browser: Any = None
         self._page: Any = None
         self._page_crashed = False
         self._blocked: list[str] = []
-        self._procs: dict[int, psutil.Process] = {}  # objects, not pids: psutil refuses to signal a reused pid
 
     # --- lifecycle --------------------------------------------------------------------------------
     @property
     def started(self) -> bool:
-        return self._browser is not None
+        return self._holding
 
-    def _ensure_thread(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=loop.run_forever, name="coevo-browser", daemon=True)
-            self._thread.start()
-            self._loop = loop
-        return self._loop
+    @property
+    def launches(self) -> int:
+        """Chromium launches of the process (shared by all sessions)."""
+        return HOST.launches
+
+    @property
+    def _marker(self) -> str:
+        return HOST.marker
+
+    def _browser_processes(self) -> list[psutil.Process]:
+        """The shared Chromium's processes and its Playwright driver."""
+        return HOST.processes()
 
     async def run(self, action: Callable[[Any], Awaitable[T]]) -> T:
         """Run `action(page)` on the browser thread under the hard per-action limit."""
-        loop = self._ensure_thread()
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guarded(action), loop))
+        self._loop = HOST.ensure_loop()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guarded(action), self._loop))
 
     async def _guarded(self, action: Callable[[Any], Awaitable[T]]) -> T:
         from playwright.async_api import Error as PlaywrightError
@@ -114,7 +110,7 @@ class BrowserSession:
         try:
             return await asyncio.wait_for(action(page), timeout=self.hard_limit_s)
         except asyncio.TimeoutError:
-            await self._shutdown_browser(kill=True)
+            await self._drop_context(kill_if_stuck=True)
             raise ToolError(f"the page did not respond within {self.hard_limit_s:.0f} s and was killed; the browser "
                             "will restart on the next action (open a page again with goto)") from None
         except PlaywrightError as e:
@@ -123,8 +119,8 @@ class BrowserSession:
                 raise ToolError(self._blocked_message()) from None
             if self._blocked:
                 raise ToolError(self._blocked_message()) from None
-            if self._page_crashed or self._browser is None or not self._browser.is_connected():
-                await self._shutdown_browser(kill=True)
+            if self._page_crashed or self._ctx_browser is None or not self._ctx_browser.is_connected():
+                await self._drop_context(kill_if_stuck=True)
                 raise ToolError("the page or browser crashed during this action; a fresh browser starts on the next "
                                 "action (open a page again with goto)") from None
             msg = str(e).split("\n")[0].strip()
@@ -136,43 +132,47 @@ class BrowserSession:
             raise ToolError(msg) from None
 
     async def _responsive(self, page: Any) -> bool:
-        """After a timeout: is the page's main thread alive? If not, kill the page (or the whole browser)."""
+        """After a timeout: is the page's main thread alive? If not, drop its context (or kill the browser)."""
         try:
             await asyncio.wait_for(page.evaluate("1"), timeout=1.5)
             return True
         except Exception:
             pass
-        self._page = None
-        try:
-            await asyncio.wait_for(page.context.close(), timeout=3)
-        except Exception:
-            await self._shutdown_browser(kill=True)
+        await self._drop_context(kill_if_stuck=True)
         return False
 
-    async def _ensure_page(self) -> Any:
-        from playwright.async_api import async_playwright
+    async def _drop_context(self, *, kill_if_stuck: bool) -> None:
+        """Close this session's context; if it cannot be closed (or its browser died), kill the browser."""
+        ctx, browser = self._ctx, self._ctx_browser
+        self._ctx = self._ctx_browser = self._page = None
+        self._page_crashed = False
+        dead = browser is not None and not browser.is_connected()
+        if ctx is not None and not dead:
+            try:
+                await asyncio.wait_for(ctx.close(), timeout=3)
+                return
+            except Exception:
+                dead = True
+        if kill_if_stuck and dead:
+            await HOST.kill_browser(browser)
 
-        if self._browser is not None and not self._browser.is_connected():
-            await self._shutdown_browser(kill=True)
+    async def _ensure_page(self) -> Any:
+        if self._ctx_browser is not None and not self._ctx_browser.is_connected():
+            await self._drop_context(kill_if_stuck=True)
             raise ToolError("the browser crashed; a fresh browser starts on the next action (open a page with goto)")
         if self._page is not None and self._page_crashed:
-            await self._page.close()
-            self._page, self._page_crashed = None, False
+            await self._drop_context(kill_if_stuck=True)
             raise ToolError("the page crashed; a fresh blank page is open (open a page again with goto)")
-        if self._browser is None:
-            if self._pw is None:
-                self._pw = await async_playwright().start()
-            self._browser = await self._pw.chromium.launch(
-                executable_path=chromium_path(), args=[*CHROMIUM_ARGS, self._marker], timeout=30_000)
-            self.launches += 1
-            self._procs.update((p.pid, p) for p in self._browser_processes())
         if self._page is None:
+            browser = await HOST.acquire(self)
+            self._holding = True
             if self._deny is None:
                 self._deny = _DenyProxy()
-            ctx = await self._browser.new_context(viewport={"width": self.viewport[0], "height": self.viewport[1]},
-                                                  java_script_enabled=True, service_workers="block",
-                                                  proxy={"server": self._deny.server,
-                                                         "bypass": f"{self._host_port[1]}:{self._host_port[2]}"})
+            ctx = await browser.new_context(viewport={"width": self.viewport[0], "height": self.viewport[1]},
+                                            java_script_enabled=True, service_workers="block",
+                                            proxy={"server": self._deny.server,
+                                                   "bypass": f"{self._host_port[1]}:{self._host_port[2]}"})
+            self._ctx, self._ctx_browser = ctx, browser
             ctx.on("request", self._watch)
             ctx.set_default_timeout(self.action_timeout_s * 1000)
             ctx.set_default_navigation_timeout(self.action_timeout_s * 1000)
@@ -205,91 +205,23 @@ class BrowserSession:
         if not self.same_origin(request.url) and request.is_navigation_request():
             self._blocked.append(request.url)
 
-    def _browser_processes(self) -> list[psutil.Process]:
-        """This session's Chromium (found by its marker switch), its helpers and its Playwright driver."""
-        found: list[psutil.Process] = []
-        for child in psutil.Process().children(recursive=True):
-            try:
-                if self._marker in child.cmdline():
-                    found.append(child)
-                    found.extend(child.children(recursive=True))
-                    parent = child.parent()
-                    if parent is not None and parent.pid != os.getpid():
-                        found.append(parent)  # the node driver that launched it
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return found
-
-    async def _shutdown_browser(self, *, kill: bool) -> None:
-        browser, self._browser, self._page, self._page_crashed = self._browser, None, None, False
-        if browser is not None and not kill:
-            try:
-                await asyncio.wait_for(browser.close(), timeout=5)
-            except Exception:  # already dead or hung: the kill below is the real guarantee
-                pass
-        self._kill_leftovers(include_driver=False)
-        if browser is not None and kill:
-            try:
-                await asyncio.wait_for(browser.close(), timeout=2)
-            except Exception:
-                pass
-
-    def _kill_leftovers(self, *, include_driver: bool) -> None:
-        procs = {p.pid: p for p in self._browser_processes()}
-        for pid, proc in self._procs.items():
-            if pid not in procs and proc.is_running():
-                procs[pid] = proc
-        killed: list[psutil.Process] = []
-        for p in procs.values():
-            try:
-                if p.status() == psutil.STATUS_ZOMBIE:
-                    continue  # already dead
-                name = p.name()
-                if not include_driver and "node" in name:
-                    continue
-                if include_driver or self._marker in p.cmdline() or "chrom" in name:
-                    p.send_signal(signal.SIGKILL)
-                    killed.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        for p in killed:
-            try:
-                if p.ppid() == os.getpid():
-                    p.wait(timeout=2)  # reap our own child (the driver)
-                    continue
-                for _ in range(40):  # others: dead once gone or a zombie awaiting its (new) parent's reaping
-                    if p.status() == psutil.STATUS_ZOMBIE:
-                        break
-                    time.sleep(0.05)
-            except (psutil.NoSuchProcess, psutil.TimeoutExpired, ChildProcessError):
-                continue
-
-    async def _shutdown(self) -> None:
-        await self._shutdown_browser(kill=False)
-        pw, self._pw = self._pw, None
-        if pw is not None:
-            try:
-                await asyncio.wait_for(pw.stop(), timeout=5)
-            except Exception:
-                pass
+    async def _close(self) -> None:
+        await self._drop_context(kill_if_stuck=True)
+        if self._holding:
+            self._holding = False
+            await HOST.release(self)
 
     def close(self) -> None:
-        """Stop Chromium and the driver, then kill anything left. Safe to call twice, from any thread but ours."""
-        loop, thread = self._loop, self._thread
-        if loop is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=15)
-        except Exception:
-            pass
-        self._kill_leftovers(include_driver=True)
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join(timeout=5)
-        if not loop.is_running():
-            loop.close()
-        self._loop, self._thread, self._pw, self._browser, self._page = None, None, None, None, None
-        self._procs.clear()
+        """Close this session's context and release the shared browser (stopped when no session uses it, unless
+        kept alive). Safe to call twice, from any thread but the browser's."""
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout=15)
+            except Exception:  # the browser thread is stuck: kill the browser rather than leak it
+                HOST.kill_leftovers(include_driver=False)
+            self._holding = False
+        self._ctx = self._ctx_browser = self._page = None
         if self._deny is not None:
             self._deny.close()
             self._deny = None
