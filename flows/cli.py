@@ -26,6 +26,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_run",
     "flows.cli_attribute",
     "flows.cli_evolve",
+    "flows.cli_correct",
 )
 
 
