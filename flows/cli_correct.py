@@ -21,7 +21,6 @@ from rich.console import Console
 
 console = Console()
 LOCATORS = ("counterfactual", "divergence")
-SELECTORS = ("verifier_replay",)
 
 
 def _harnesses(spec: str, families: set[str]) -> dict:  # -> {harness id: Harness}
@@ -48,8 +47,12 @@ def _harnesses(spec: str, families: set[str]) -> dict:  # -> {harness id: Harnes
 def _check(locator: str, selector: str, trajectories: Path) -> None:
     if locator not in LOCATORS:
         raise typer.BadParameter(f"unknown locator {locator!r}; use one of: {', '.join(LOCATORS)}", param_hint="--locator")
-    if selector not in SELECTORS:
-        raise typer.BadParameter(f"unknown selector {selector!r}; use one of: {', '.join(SELECTORS)}", param_hint="--selector")
+    from correction.selectors.base import parse_selector
+
+    try:
+        parse_selector(selector)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--selector") from None
     if not trajectories.exists():
         raise typer.BadParameter(f"{trajectories} does not exist", param_hint="--trajectories")
 
@@ -63,7 +66,10 @@ def correct(
     expert: Annotated[str, typer.Option(help="The expert that rewrites t*.")] = "flawed/{family}@expert",
     locator: Annotated[str, typer.Option(help="counterfactual | divergence.")] = "counterfactual",
     locator_expert: Annotated[str, typer.Option(help="The expert of the locator's continuations.")] = "oracle/{family}",
-    selector: Annotated[str, typer.Option(help="verifier_replay.")] = "verifier_replay",
+    selector: Annotated[str, typer.Option(help="verifier_replay | judge:MODEL.")] = "verifier_replay",
+    judge: Annotated[Optional[str], typer.Option(help="Also rank the candidates with this judge model and "
+                                                      "record the selectors' agreement.")] = None,
+    judge_api_base: Annotated[Optional[str], typer.Option(help="Server URL ending in /v1 for a hosted_vllm judge.")] = None,
     n: Annotated[int, typer.Option(min=1, help="Expert candidates per t*.")] = 3,
     replays: Annotated[int, typer.Option(min=1, help="Student continuations per candidate.")] = 2,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Correct at most this many failing rollouts.")] = None,
@@ -91,7 +97,7 @@ def correct(
     try:
         config = CorrectionConfig(student=ModelRole(model=student, api_base=api_base), expert=ModelRole(model=expert),
                                   locator_expert=ModelRole(model=locator_expert), locator=locator, selector=selector,
-                                  n=n, replays=replays, concurrency=concurrency)
+                                  judge=judge, judge_api_base=judge_api_base, n=n, replays=replays, concurrency=concurrency)
     except ValueError as e:
         raise typer.BadParameter(str(e).replace("\n", " ")[:300]) from None
     store = RunStore(out.parent, out.name)

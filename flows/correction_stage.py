@@ -19,14 +19,16 @@ import asyncio
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.records import ModelRole, Trajectory
 from correction.locators import make_locator
+from correction.locators.base import STRATEGIES as LOCATORS
 from correction.pipeline import correct_one
 from correction.records import Correction, dataset_card, read_corrections, write_corrections
 from correction.runner import CachedRollouts, RolloutFn, local_rollouts
-from correction.selectors import make_selector
+from correction.selectors import Selector, make_selector
+from correction.selectors.base import parse_selector
 from flows.store import RunStore, atomic_write_text, content_key
 from harness.program import Harness
 
@@ -41,11 +43,33 @@ class CorrectionConfig(BaseModel):
     locator_expert: ModelRole = Field(default=ModelRole(model="oracle/{family}"),
                                       description="Continues prefixes for the counterfactual R(t).")
     locator: str = Field(default="counterfactual", description="counterfactual | divergence")
-    selector: str = Field(default="verifier_replay", description="verifier_replay")
+    selector: str = Field(default="verifier_replay", description="verifier_replay | judge:MODEL")
+    judge: str | None = Field(default=None, description="Also rank with judge:MODEL and record the agreement.")
+    judge_api_base: str | None = Field(default=None, description="Server URL of a hosted_vllm judge.")
     n: int = Field(default=3, ge=1, description="Expert candidates per t*.")
     replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")
     extra_turns: int = Field(default=30, ge=1, description="Turns a continuation may add after its prefix.")
     concurrency: int = Field(default=2, ge=1, description="Source trajectories corrected at once.")
+
+    @field_validator("selector")
+    @classmethod
+    def _known_selector(cls, v: str) -> str:
+        parse_selector(v)  # ValueError names the accepted forms
+        return v
+
+    @field_validator("locator")
+    @classmethod
+    def _known_locator(cls, v: str) -> str:
+        if v not in LOCATORS:
+            raise ValueError(f"unknown locator '{v}'; use one of: {', '.join(LOCATORS)}")
+        return v
+
+
+def build_selector(spec: str, config: CorrectionConfig) -> Selector:
+    name, _ = parse_selector(spec)
+    if name == "judge":
+        return make_selector(spec, api_base=config.judge_api_base)
+    return make_selector(spec, student=config.student, replays=config.replays, extra_turns=config.extra_turns)
 
 
 class CorrectionResult(BaseModel):
@@ -73,9 +97,9 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
                sem: asyncio.Semaphore) -> None:
     async with sem:
         locator = make_locator(config.locator, expert=config.locator_expert, extra_turns=config.extra_turns)
-        selector = make_selector(config.selector, student=config.student, replays=config.replays,
-                                 extra_turns=config.extra_turns)
-        corr, row = await correct_one(view, harness, locator, selector, config.expert, run, n=config.n)
+        also = build_selector(f"judge:{config.judge}", config) if config.judge else None
+        corr, row = await correct_one(view, harness, locator, build_selector(config.selector, config), config.expert,
+                                      run, n=config.n, also=also)
     key = source_key(view, config)
     if row is not None:
         store.write_trajectories(STAGE, key, [row], harnesses=[harness])

@@ -48,11 +48,26 @@ class Selector(Protocol):
 
 STRATEGIES: dict[str, str] = {
     "verifier_replay": "correction.selectors.verifier_replay:VerifierReplaySelector",
+    "judge": "correction.selectors.judge:JudgeSelector",
 }
 
 
-def make_selector(name: str, **options: Any) -> Selector:
+def parse_selector(spec: str) -> tuple[str, str | None]:
+    """'verifier_replay' -> ('verifier_replay', None); 'judge:MODEL' -> ('judge', 'MODEL'); ValueError otherwise."""
+    name, sep, model = spec.partition(":")
     if name not in STRATEGIES:
-        raise ValueError(f"unknown selector '{name}'; use one of: {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown selector '{spec}'; use one of: verifier_replay, judge:MODEL")
+    if name == "judge" and not model:
+        raise ValueError("the judge selector needs a model: 'judge:MODEL'")
+    if name != "judge" and sep:
+        raise ValueError(f"the {name} selector takes no model ('{spec}')")
+    return name, model or None
+
+
+def make_selector(spec: str, **options: Any) -> Selector:
+    """Build a strategy by spec; `options` go to its constructor (verifier_replay needs `student=`; the
+    judge takes `completion=`, `api_base=` and ignores the replay options)."""
+    name, model = parse_selector(spec)
     module, _, attr = STRATEGIES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)(**options)
+    cls = getattr(importlib.import_module(module), attr)
+    return cls(model, **options) if model else cls(**options)
