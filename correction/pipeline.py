@@ -2,11 +2,13 @@
 
     corr, row = await correct_one(traj.view(), harness, locator, selector, expert, run, n=3)
 
-`row` is None when nothing could be corrected (`corr.status` says why). Mode `single_turn` only: suffix repair
-(rewriting t*..t*+m until the expert's state is back on a successful path) is not built; docs/correction.md.
+`row` is None when nothing could be corrected (`corr.status` says why). Mode `single_turn` (the default) trains
+only t*; with `suffix=SuffixOptions(...)` a cascade the single turn cannot stop is repaired over t*..t*+m.
 """
 
 from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.prefix import prefix_of
 from agents.records import ModelRole, Trajectory
@@ -15,11 +17,22 @@ from correction.records import Candidate, Correction, Localization
 from correction.rewrite import rewrite
 from correction.roles import continuation, family_role
 from correction.rows import corrected_trajectory
+from correction.suffix import suffix_repair
 from correction.runner import RolloutFn
 from correction.selectors.base import Selection, Selector
 from harness.program import Harness
 
 APPLY_TAG = "apply-candidate"
+
+
+class SuffixOptions(BaseModel):
+    """Mode `suffix`: who continues after the expert's turns, how far the suffix may reach, how many replays."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    student: ModelRole
+    max_m: int = Field(default=4, ge=0)
+    replays: int = Field(default=2, ge=1)
 
 
 def _record(view: Trajectory, loc: Localization, expert: ModelRole, student: str, **kw: object) -> Correction:
@@ -51,10 +64,28 @@ async def _both(view: Trajectory, harness: Harness, t_star: int, cands: list[Can
     return sel.model_copy(update={"candidates": merged}), agree
 
 
+async def _try_suffix(view: Trajectory, harness: Harness, loc: Localization, expert: ModelRole, run: RolloutFn,
+                      suffix: SuffixOptions, single: float) -> tuple[Correction, Trajectory] | None:
+    """Suffix mode: the expert's turns t*..t*+m when they let the student do better than the single turn."""
+    found = await suffix_repair(view, harness, loc.t_star or 0, expert, suffix.student, run, suffix.max_m,
+                                suffix.replays)
+    if found.chosen_m is None or found.turns[found.chosen_m].mean_score <= single:
+        return None
+    m = found.chosen_m
+    row = corrected_trajectory(view, loc.t_star or 0, max(found.episodes, key=lambda e: e.score), trained=m + 1)
+    corr = _record(view, loc, expert, view.model_id, status="corrected", mode="suffix", candidates=found.turns,
+                   chosen=m, selector="suffix_replay", rationale=found.rationale, corrected_trajectory_id=row.id,
+                   fewer_candidates_reason=f"suffix mode: the single corrected turn scored {single:.2f}")
+    return corr, row
+
+
 async def correct_one(view: Trajectory, harness: Harness, locator: Locator, selector: Selector, expert: ModelRole,
-                      run: RolloutFn, n: int = 3, also: Selector | None = None) -> tuple[Correction, Trajectory | None]:
+                      run: RolloutFn, n: int = 3, also: Selector | None = None,
+                      suffix: SuffixOptions | None = None) -> tuple[Correction, Trajectory | None]:
     """Correct one failing rollout (a view). Never raises for this rollout's trouble; see `Correction.status`.
-    `also`: a second selector run on the same candidates for the record (its agreement with `selector`)."""
+    `also`: a second selector run on the same candidates for the record (its agreement with `selector`).
+    `suffix`: mode `suffix` - when the chosen single turn does not let the student reach score 1.0 in its
+    replays, try the expert's suffix t*..t*+m (correction/suffix.py) and keep it when it does better."""
     view = view.require_view("correct_one")
     if view.harness_id != harness.id:
         raise ValueError(f"trajectory {view.id} ran under harness {view.harness_id}, not {harness.id}")
@@ -68,6 +99,11 @@ async def correct_one(view: Trajectory, harness: Harness, locator: Locator, sele
     sel, agree = await _both(view, harness, loc.t_star, cands, selector, also, run)
     base = dict(candidates=sel.candidates, fewer_candidates_reason=reason, selector=selector.name,
                 judge_agreement=agree)
+    single = sel.candidates[sel.chosen].mean_score if sel.chosen is not None else 0.0
+    if suffix is not None and (sel.chosen is None or single < 1.0):
+        repaired = await _try_suffix(view, harness, loc, expert, run, suffix, single)
+        if repaired is not None:
+            return repaired
     if sel.chosen is None:
         return _record(view, loc, expert, view.model_id, status="no_candidate", rationale=sel.rationale, **base), None
     episodes = sel.episodes or await _apply(view, harness, loc.t_star, sel.candidates[sel.chosen], run)

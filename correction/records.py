@@ -131,5 +131,7 @@ def dataset_card(corrections: list[Correction]) -> dict[str, Any]:
         "mean_t_star": sum(stars) / len(stars) if stars else None,
         "mean_candidates": sum(len(c.candidates) for c in corrections) / len(corrections) if corrections else None,
         "selector_agreement": (sum(both) / len(both)) if both else None,
+        "modes": dict(sorted({m: sum(c.mode == m and c.status == "corrected" for c in corrections)
+                              for m in {c.mode for c in corrections}}.items())),
         "categories": dict(sorted({k: sum(c.category == k for c in corrections) for k in {c.category for c in corrections}}.items())),
     }

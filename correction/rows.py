@@ -23,20 +23,23 @@ def _cut(messages: list[dict], turns: int) -> list[dict]:
     return messages[:starts[turns]] if turns < len(starts) else list(messages)
 
 
-def corrected_trajectory(view: Trajectory, t_star: int, replay: Trajectory, tag: str = CORRECTION_TAG) -> Trajectory:
-    """The corrected trajectory of `view` at `t_star`, from `replay` (which continued `prefix_of(view, t*)` plus
-    the candidate). Raises ValueError when `replay` does not hold the student's prefix unchanged."""
+def corrected_trajectory(view: Trajectory, t_star: int, replay: Trajectory, tag: str = CORRECTION_TAG,
+                         trained: int = 1) -> Trajectory:
+    """The corrected trajectory of `view` at `t_star`, from `replay` (which continued `prefix_of(view, t*)` with
+    the corrected turn(s)); turns t*..t*+trained-1 are marked and kept (suffix mode: trained > 1). Raises
+    ValueError when `replay` does not hold the student's prefix unchanged."""
     view = view.require_view("corrected_trajectory")
-    if len(replay.turns) <= t_star:
-        raise ValueError(f"replay {replay.id} has {len(replay.turns)} turns, needs turn {t_star}")
+    if len(replay.turns) < t_star + trained:
+        raise ValueError(f"replay {replay.id} has {len(replay.turns)} turns, needs turns {t_star}..{t_star + trained - 1}")
     if _cut(replay.messages, t_star) != _cut(view.messages, t_star) or \
             [t.model_dump() for t in replay.turns[:t_star]] != [t.model_dump() for t in view.turns[:t_star]]:
         raise ValueError(f"replay {replay.id} does not start with the student's first {t_star} turns of {view.id}")
-    messages = _cut(replay.messages, t_star + 1)
-    turns = [t.model_copy(deep=True) for t in replay.turns[:t_star + 1]]
-    mark = TriggerRecord(component_id="correction", turn=t_star, kind=TRAIN_TURN_TRIGGER,
-                         detail=f"expert-corrected turn of {view.id}")
-    turns[t_star] = turns[t_star].model_copy(update={"triggers": [*turns[t_star].triggers, mark]})
+    messages = _cut(replay.messages, t_star + trained)
+    turns = [t.model_copy(deep=True) for t in replay.turns[:t_star + trained]]
+    for k in range(t_star, t_star + trained):
+        mark = TriggerRecord(component_id="correction", turn=k, kind=TRAIN_TURN_TRIGGER,
+                             detail=f"expert-corrected turn of {view.id}")
+        turns[k] = turns[k].model_copy(update={"triggers": [*turns[k].triggers, mark]})
     key = Prefix(messages=messages).key
     out = replay.model_copy(update={
         "messages": messages, "turns": turns, "tag": tag, "prefix_turns": t_star, "injected_faults": [],

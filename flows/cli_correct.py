@@ -72,6 +72,8 @@ def correct(
     judge_api_base: Annotated[Optional[str], typer.Option(help="Server URL ending in /v1 for a hosted_vllm judge.")] = None,
     n: Annotated[int, typer.Option(min=1, help="Expert candidates per t*.")] = 3,
     replays: Annotated[int, typer.Option(min=1, help="Student continuations per candidate.")] = 2,
+    mode: Annotated[str, typer.Option(help="single_turn | suffix (repair t*..t*+m when one turn is not enough).")] = "single_turn",
+    max_suffix: Annotated[int, typer.Option(min=0, help="Suffix mode: rewrite at most t*..t*+M.")] = 4,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Correct at most this many failing rollouts.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Failing rollouts corrected at once.")] = 2,
 ) -> None:
@@ -82,6 +84,8 @@ def correct(
     from flows.store import RunStore
 
     _check(locator, selector, trajectories)
+    if mode not in ("single_turn", "suffix"):
+        raise typer.BadParameter(f"unknown mode {mode!r}; use single_turn or suffix", param_hint="--mode")
     try:
         trajs = read_trajectories(trajectories)
     except Exception as e:
@@ -97,7 +101,8 @@ def correct(
     try:
         config = CorrectionConfig(student=ModelRole(model=student, api_base=api_base), expert=ModelRole(model=expert),
                                   locator_expert=ModelRole(model=locator_expert), locator=locator, selector=selector,
-                                  judge=judge, judge_api_base=judge_api_base, n=n, replays=replays, concurrency=concurrency)
+                                  judge=judge, judge_api_base=judge_api_base, n=n, mode=mode,  # type: ignore[arg-type]
+                                  max_suffix=max_suffix, replays=replays, concurrency=concurrency)
     except ValueError as e:
         raise typer.BadParameter(str(e).replace("\n", " ")[:300]) from None
     store = RunStore(out.parent, out.name)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.records import ModelRole, Trajectory
 from correction.locators import make_locator
 from correction.locators.base import STRATEGIES as LOCATORS
-from correction.pipeline import correct_one
+from correction.pipeline import SuffixOptions, correct_one
 from correction.records import Correction, dataset_card, read_corrections, write_corrections
 from correction.runner import CachedRollouts, RolloutFn, local_rollouts
 from correction.selectors import Selector, make_selector
@@ -50,6 +51,9 @@ class CorrectionConfig(BaseModel):
     replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")
     extra_turns: int = Field(default=30, ge=1, description="Turns a continuation may add after its prefix.")
     concurrency: int = Field(default=2, ge=1, description="Source trajectories corrected at once.")
+    mode: Literal["single_turn", "suffix"] = Field(default="single_turn", description="suffix: repair t*..t*+m when "
+                                                   "the single corrected turn does not let the student succeed.")
+    max_suffix: int = Field(default=4, ge=0, description="Suffix mode: at most t*..t*+max_suffix.")
 
     @field_validator("selector")
     @classmethod
@@ -98,8 +102,10 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
     async with sem:
         locator = make_locator(config.locator, expert=config.locator_expert, extra_turns=config.extra_turns)
         also = build_selector(f"judge:{config.judge}", config) if config.judge else None
+        suffix = SuffixOptions(student=config.student, max_m=config.max_suffix, replays=config.replays) \
+            if config.mode == "suffix" else None
         corr, row = await correct_one(view, harness, locator, build_selector(config.selector, config), config.expert,
-                                      run, n=config.n, also=also)
+                                      run, n=config.n, also=also, suffix=suffix)
     key = source_key(view, config)
     if row is not None:
         store.write_trajectories(STAGE, key, [row], harnesses=[harness])
