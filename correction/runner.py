@@ -6,12 +6,13 @@ trajectories out, in order), so `correction/` never starts Ray; the flows wire t
 
 `CachedRollouts` keeps every finished episode under its job key (`RolloutJob.key`: instance, harness, model,
 seed, tag and the prefix's content hash), so a rerun after a kill repeats no model call; it also counts
-calls and time per role (tag) for the throughput table.
+calls and time per role (tag) for the throughput table. (The key also hashes the job's limits.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -62,7 +63,11 @@ class CachedRollouts:
         self.wall_s = 0.0
 
     def _path(self, job: RolloutJob) -> Path | None:
-        return None if self.cache_dir is None else self.cache_dir / job.key[:2] / f"{job.key}.parquet"
+        """Keyed by the job key and its limits (the key alone does not hold the limits)."""
+        if self.cache_dir is None:
+            return None
+        key = hashlib.sha256(f"{job.key}|{job.limits.model_dump_json()}".encode()).hexdigest()[:20]
+        return self.cache_dir / key[:2] / f"{key}.parquet"
 
     def _cached(self, job: RolloutJob) -> Trajectory | None:
         path = self._path(job)
