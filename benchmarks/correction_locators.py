@@ -128,6 +128,7 @@ async def main(args: argparse.Namespace) -> None:
     for family in args.family:
         trajs, total = await students(family, args.n, args.seeds, args.per_family)
         counts[family] = {"rollouts": total, "single_fault_failing": len(trajs)}
+        print(f"{family}: {len(trajs)} single-fault failing of {total}", file=sys.stderr, flush=True)
         acc += await locate_family(family, trajs)
         if args.throughput_per_family:
             thr.append(await throughput(family, trajs[:args.throughput_per_family], args.replays))

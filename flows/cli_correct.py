@@ -20,7 +20,6 @@ import typer
 from rich.console import Console
 
 console = Console()
-LOCATORS = ("counterfactual", "divergence")
 
 
 def _harnesses(spec: str, families: set[str]) -> dict:  # -> {harness id: Harness}
@@ -45,10 +44,13 @@ def _harnesses(spec: str, families: set[str]) -> dict:  # -> {harness id: Harnes
 
 
 def _check(locator: str, selector: str, trajectories: Path) -> None:
-    if locator not in LOCATORS:
-        raise typer.BadParameter(f"unknown locator {locator!r}; use one of: {', '.join(LOCATORS)}", param_hint="--locator")
+    from correction.locators.base import parse_locator
     from correction.selectors.base import parse_selector
 
+    try:
+        parse_locator(locator)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--locator") from None
     try:
         parse_selector(selector)
     except ValueError as e:
@@ -64,7 +66,9 @@ def correct(
     harness_spec: Annotated[str, typer.Option("--harness", help="'baseline', a harness file, or a directory of them.")] = "baseline",
     api_base: Annotated[Optional[str], typer.Option(help="Server URL ending in /v1 for a hosted_vllm student.")] = None,
     expert: Annotated[str, typer.Option(help="The expert that rewrites t*.")] = "flawed/{family}@expert",
-    locator: Annotated[str, typer.Option(help="counterfactual | divergence.")] = "counterfactual",
+    locator: Annotated[str, typer.Option(help="counterfactual | divergence | mle_agent:MODEL.")] = "counterfactual",
+    locator_api_base: Annotated[Optional[str], typer.Option(help="Server URL ending in /v1 for a hosted_vllm "
+                                                                 "mle_agent model.")] = None,
     locator_expert: Annotated[str, typer.Option(help="The expert of the locator's continuations.")] = "oracle/{family}",
     selector: Annotated[str, typer.Option(help="verifier_replay | judge:MODEL.")] = "verifier_replay",
     judge: Annotated[Optional[str], typer.Option(help="Also rank the candidates with this judge model and "
@@ -100,7 +104,7 @@ def correct(
                                  param_hint="--harness")
     try:
         config = CorrectionConfig(student=ModelRole(model=student, api_base=api_base), expert=ModelRole(model=expert),
-                                  locator_expert=ModelRole(model=locator_expert), locator=locator, selector=selector,
+                                  locator_expert=ModelRole(model=locator_expert), locator=locator, locator_api_base=locator_api_base, selector=selector,
                                   judge=judge, judge_api_base=judge_api_base, n=n, mode=mode,  # type: ignore[arg-type]
                                   max_suffix=max_suffix, replays=replays, concurrency=concurrency)
     except ValueError as e:

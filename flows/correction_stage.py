@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.records import ModelRole, Trajectory
 from correction.locators import make_locator
-from correction.locators.base import STRATEGIES as LOCATORS
+from correction.locators.base import parse_locator
 from correction.pipeline import SuffixOptions, correct_one
 from correction.records import Correction, dataset_card, read_corrections, write_corrections
 from correction.runner import CachedRollouts, RolloutFn, local_rollouts
@@ -43,7 +43,8 @@ class CorrectionConfig(BaseModel):
     expert: ModelRole = Field(default=ModelRole(model="flawed/{family}@expert"), description="Rewrites t*.")
     locator_expert: ModelRole = Field(default=ModelRole(model="oracle/{family}"),
                                       description="Continues prefixes for the counterfactual R(t).")
-    locator: str = Field(default="counterfactual", description="counterfactual | divergence")
+    locator: str = Field(default="counterfactual", description="counterfactual | divergence | mle_agent:MODEL")
+    locator_api_base: str | None = Field(default=None, description="Server URL of a hosted_vllm mle_agent model.")
     selector: str = Field(default="verifier_replay", description="verifier_replay | judge:MODEL")
     judge: str | None = Field(default=None, description="Also rank with judge:MODEL and record the agreement.")
     judge_api_base: str | None = Field(default=None, description="Server URL of a hosted_vllm judge.")
@@ -64,8 +65,7 @@ class CorrectionConfig(BaseModel):
     @field_validator("locator")
     @classmethod
     def _known_locator(cls, v: str) -> str:
-        if v not in LOCATORS:
-            raise ValueError(f"unknown locator '{v}'; use one of: {', '.join(LOCATORS)}")
+        parse_locator(v)  # ValueError names the accepted forms
         return v
 
 
@@ -100,7 +100,9 @@ def _paths(store: RunStore, key: str) -> Path:
 async def _one(store: RunStore, view: Trajectory, harness: Harness, config: CorrectionConfig, run: RolloutFn,
                sem: asyncio.Semaphore) -> None:
     async with sem:
-        locator = make_locator(config.locator, expert=config.locator_expert, extra_turns=config.extra_turns)
+        agent = parse_locator(config.locator)[0] == "mle_agent"
+        locator = make_locator(config.locator, api_base=config.locator_api_base) if agent else \
+            make_locator(config.locator, expert=config.locator_expert, extra_turns=config.extra_turns)
         also = build_selector(f"judge:{config.judge}", config) if config.judge else None
         suffix = SuffixOptions(student=config.student, max_m=config.max_suffix, replays=config.replays) \
             if config.mode == "suffix" else None

@@ -37,12 +37,26 @@ class Locator(Protocol):
 STRATEGIES: dict[str, str] = {
     "counterfactual": "correction.locators.counterfactual:CounterfactualLocator",
     "divergence": "correction.locators.divergence:DivergenceLocator",
+    "mle_agent": "correction.locators.mle_agent:MleAgentLocator",
 }
 
 
-def make_locator(name: str, **options: Any) -> Locator:
-    """Build a strategy by name; `options` go to its constructor (e.g. `expert=ModelRole(...)`)."""
+def parse_locator(spec: str) -> tuple[str, str | None]:
+    """'counterfactual' -> ('counterfactual', None); 'mle_agent:MODEL' -> ('mle_agent', 'MODEL'); else ValueError."""
+    name, sep, model = spec.partition(":")
     if name not in STRATEGIES:
-        raise ValueError(f"unknown locator '{name}'; use one of: {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown locator '{spec}'; use one of: counterfactual, divergence, mle_agent:MODEL")
+    if name == "mle_agent" and not model:
+        raise ValueError("the mle_agent locator needs a model: 'mle_agent:MODEL'")
+    if name != "mle_agent" and sep:
+        raise ValueError(f"the {name} locator takes no model ('{spec}')")
+    return name, model or None
+
+
+def make_locator(spec: str, **options: Any) -> Locator:
+    """Build a strategy by spec; `options` go to its constructor (e.g. `expert=ModelRole(...)`; the mle_agent
+    takes `api_base=`, `client=` and ignores the expert options)."""
+    name, model = parse_locator(spec)
     module, _, attr = STRATEGIES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)(**options)
+    cls = getattr(importlib.import_module(module), attr)
+    return cls(model, **options) if model else cls(**options)
