@@ -78,6 +78,8 @@ def correct(
     replays: Annotated[int, typer.Option(min=1, help="Student continuations per candidate.")] = 2,
     mode: Annotated[str, typer.Option(help="single_turn | suffix (repair t*..t*+m when one turn is not enough).")] = "single_turn",
     max_suffix: Annotated[int, typer.Option(min=0, help="Suffix mode: rewrite at most t*..t*+M.")] = 4,
+    allow_split: Annotated[Optional[list[str]], typer.Option(
+        help="Also accept rollouts of this split (val/test: measurement only, never train on them).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Correct at most this many failing rollouts.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Failing rollouts corrected at once.")] = 2,
 ) -> None:
@@ -106,11 +108,15 @@ def correct(
         config = CorrectionConfig(student=ModelRole(model=student, api_base=api_base), expert=ModelRole(model=expert),
                                   locator_expert=ModelRole(model=locator_expert), locator=locator, locator_api_base=locator_api_base, selector=selector,
                                   judge=judge, judge_api_base=judge_api_base, n=n, mode=mode,  # type: ignore[arg-type]
-                                  max_suffix=max_suffix, replays=replays, concurrency=concurrency)
+                                  max_suffix=max_suffix, replays=replays, concurrency=concurrency,
+                                  splits=["train", "pretrain", *(allow_split or [])])
     except ValueError as e:
         raise typer.BadParameter(str(e).replace("\n", " ")[:300]) from None
-    store = RunStore(out.parent, out.name)
-    result = correct_run(store, failing[:limit], harnesses, config)
+    leaked = sorted({t.instance.split for t in failing} - set(config.splits))
+    if leaked:
+        raise typer.BadParameter(f"rollouts of split(s) {', '.join(leaked)} would become training rows (leakage); "
+                                 "pass --allow-split for a measurement run", param_hint="--trajectories")
+    result = correct_run(RunStore(out.parent, out.name), failing[:limit], harnesses, config)
     card = result.card
     console.print(f"{card['corrections']} corrections from {card['sources']} failing rollouts "
                   f"({result.reused} reused); per family: {card['per_family']}; mean t* {card['mean_t_star']}")

@@ -55,6 +55,8 @@ class CorrectionConfig(BaseModel):
     mode: Literal["single_turn", "suffix"] = Field(default="single_turn", description="suffix: repair t*..t*+m when "
                                                    "the single corrected turn does not let the student succeed.")
     max_suffix: int = Field(default=4, ge=0, description="Suffix mode: at most t*..t*+max_suffix.")
+    splits: list[str] = Field(default=["train", "pretrain"], description="Splits whose rollouts may become training "
+                              "rows (leakage guard); add val/test only for measurement, never for training.")
 
     @field_validator("selector")
     @classmethod
@@ -120,6 +122,11 @@ def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str,
     """Correct every failing rollout (views are taken here; passing ones are skipped); `harnesses` maps harness
     id -> harness; `run` runs episodes (default: in this process; the flows may pass the pool's)."""
     failing = [t for t in failing if not t.passed]
+    leaked = [t for t in failing if t.instance.split not in config.splits]
+    if leaked:
+        raise ValueError(f"leakage: {len(leaked)} rollout(s) come from split(s) "
+                         f"{', '.join(sorted({t.instance.split for t in leaked}))} (e.g. {leaked[0].instance.id}); "
+                         f"correction rows may only come from {', '.join(config.splits)}")
     missing = sorted({t.harness_id for t in failing} - set(harnesses))
     if missing:
         raise ValueError(f"no harness given for harness id(s) {', '.join(missing)} of the trajectories")

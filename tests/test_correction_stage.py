@@ -18,6 +18,7 @@ from correction.runner import local_rollouts
 from flows.correction_stage import STAGE, CorrectionConfig, correct_run
 from flows.store import RunStore
 from harness import baseline
+from training.dataset import marked_turns
 
 CASES = [("payroll_audit", 40, 0), ("anomaly_detection", 41, 0)]
 
@@ -49,7 +50,10 @@ class Recorder:
 
 def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
     harnesses = {baseline(t.family).id: baseline(t.family) for t in failing}
-    config = CorrectionConfig(student=ModelRole(model=STUDENT), replays=1, concurrency=1)
+    with pytest.raises(ValueError, match="leakage"):  # test-split rollouts never become training rows by default
+        correct_run(RunStore(tmp_path, "leak"), failing, {}, CorrectionConfig(student=ModelRole(model=STUDENT)))
+    config = CorrectionConfig(student=ModelRole(model=STUDENT), replays=1, concurrency=1,
+                              splits=["train", "test"])  # a measurement run on test instances
     killed = Recorder(die_after=4)
     with pytest.raises(Killed):
         correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=killed)
@@ -85,13 +89,16 @@ def test_cli_writes_corrections_and_rejects_bad_input(failing, tmp_path):
     write_trajectories(src, failing[:1])
     out = tmp_path / "out"
     base = ["--trajectories", str(src.parent), "--student", STUDENT, "--replays", "1", "--out", str(out)]
+    leak = CliRunner().invoke(app(), base)  # test-split rollouts: the leakage guard refuses them
+    assert leak.exit_code == 2 and "leakage" in _text(leak.output) and not out.exists()
+    base = [*base, "--allow-split", "test"]
     res = CliRunner().invoke(app(), base)
     assert res.exit_code == 0, res.output
     rows = read_trajectories(out / "trajectories")
-    assert len(rows) == 1 and rows[0].tag == "correction"
+    assert len(rows) == 1 and rows[0].tag == "correction" and len(marked_turns(rows[0])) == 1
     for bad, word in [(["--locator", "psychic"], "--locator"), (["--selector", "coin"], "--selector"),
                       (["--harness", str(tmp_path / "nope.yaml")], "--harness"), (["--n", "0"], "--n")]:
-        r = CliRunner().invoke(app(), [*base[:-1], str(tmp_path / "bad"), *bad])
+        r = CliRunner().invoke(app(), [*base[:-3], str(tmp_path / "bad"), *bad])
         assert r.exit_code == 2 and word in _text(r.output), (bad, r.output)
     r = CliRunner().invoke(app(), ["--trajectories", str(tmp_path / "none"), "--student", STUDENT, "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "does not exist" in _text(r.output)
