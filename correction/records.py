@@ -117,13 +117,23 @@ def read_corrections(path: str | Path) -> list[Correction]:
     return out
 
 
-def dataset_card(corrections: list[Correction]) -> dict[str, Any]:
-    """Counts per family and status, mean t*, candidates kept, and selector agreement where both ran."""
+def boundary_instances(passed: Iterable[tuple[str, bool]]) -> set[str]:
+    """Instances at the student's capability boundary: pass rate over its samples strictly between 0 and 1."""
+    seen: dict[str, set[bool]] = {}
+    for instance_id, ok in passed:
+        seen.setdefault(instance_id, set()).add(ok)
+    return {i for i, v in seen.items() if v == {True, False}}
+
+
+def dataset_card(corrections: list[Correction], boundary: set[str] | None = None) -> dict[str, Any]:
+    """Counts per family and status, mean t*, candidates kept, selector agreement where both ran, and the share
+    of corrections on capability-boundary instances (`boundary`, when the student's samples are known)."""
     fams: dict[str, dict[str, int]] = {}
     for c in corrections:
         fams.setdefault(c.family, {}).setdefault(c.status, 0)
         fams[c.family][c.status] += 1
-    stars = [c.t_star for c in corrections if c.t_star is not None and c.status == "corrected"]
+    done = [c for c in corrections if c.status == "corrected"]
+    stars = [c.t_star for c in done if c.t_star is not None]
     both = [c.judge_agreement for c in corrections if c.judge_agreement is not None]
     return {
         "corrections": sum(c.status == "corrected" for c in corrections), "sources": len(corrections),
@@ -131,6 +141,8 @@ def dataset_card(corrections: list[Correction]) -> dict[str, Any]:
         "mean_t_star": sum(stars) / len(stars) if stars else None,
         "mean_candidates": sum(len(c.candidates) for c in corrections) / len(corrections) if corrections else None,
         "selector_agreement": (sum(both) / len(both)) if both else None,
+        "boundary_share": (sum(c.instance_id in boundary for c in done) / len(done))
+        if boundary is not None and done else None,
         "modes": dict(sorted({m: sum(c.mode == m and c.status == "corrected" for c in corrections)
                               for m in {c.mode for c in corrections}}.items())),
         "categories": dict(sorted({k: sum(c.category == k for c in corrections) for k in {c.category for c in corrections}}.items())),

@@ -116,7 +116,8 @@ def correct(
     if leaked:
         raise typer.BadParameter(f"rollouts of split(s) {', '.join(leaked)} would become training rows (leakage); "
                                  "pass --allow-split for a measurement run", param_hint="--trajectories")
-    result = correct_run(RunStore(out.parent, out.name), failing[:limit], harnesses, config)
+    chosen = {t.id for t in failing[:limit]}
+    result = correct_run(RunStore(out.parent, out.name), [t for t in trajs if t.passed or t.id in chosen], harnesses, config)
     card = result.card
     console.print(f"{card['corrections']} corrections from {card['sources']} failing rollouts "
                   f"({result.reused} reused); per family: {card['per_family']}; mean t* {card['mean_t_star']}")

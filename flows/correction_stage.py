@@ -26,7 +26,7 @@ from agents.records import ModelRole, Trajectory
 from correction.locators import make_locator
 from correction.locators.base import parse_locator
 from correction.pipeline import SuffixOptions, correct_one
-from correction.records import Correction, dataset_card, read_corrections, write_corrections
+from correction.records import Correction, boundary_instances, dataset_card, read_corrections, write_corrections
 from correction.runner import CachedRollouts, RolloutFn, local_rollouts
 from correction.selectors import Selector, make_selector
 from correction.selectors.base import parse_selector
@@ -119,8 +119,10 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
 
 def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str, Harness], config: CorrectionConfig,
                 run: RolloutFn | None = None) -> CorrectionResult:
-    """Correct every failing rollout (views are taken here; passing ones are skipped); `harnesses` maps harness
+    """Correct every failing rollout (views are taken here; passing ones are skipped but count for the card's
+    capability-boundary share: pass the student's samples whole); `harnesses` maps harness
     id -> harness; `run` runs episodes (default: in this process; the flows may pass the pool's)."""
+    boundary = boundary_instances((t.instance.id, t.passed) for t in failing)  # passing samples count here
     failing = [t for t in failing if not t.passed]
     leaked = [t for t in failing if t.instance.split not in config.splits]
     if leaked:
@@ -144,7 +146,7 @@ def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str,
     corrections = [c for k in keys for c in read_corrections(_paths(store, k))]
     rows = store.read_chunks(STAGE, [k for k in keys if store.has(STAGE, k)])
     write_corrections(store.path("datasets", STAGE, "corrections.parquet"), corrections)
-    card = {**dataset_card(corrections), "config": config.model_dump(mode="json")}
+    card = {**dataset_card(corrections, boundary), "config": config.model_dump(mode="json")}
     atomic_write_text(store.path("datasets", STAGE, "card.json"), json.dumps(card, indent=2, default=str))
     return CorrectionResult(corrections=corrections, corrected=rows, reused=len(failing) - len(todo),
                             calls=dict(cached.calls), model_s=dict(cached.model_s), other_s=dict(cached.other_s),

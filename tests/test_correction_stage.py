@@ -4,6 +4,7 @@ rollout runtime): a rerun after a kill repeats no expert or student call; bad CL
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from agents.jobs import RolloutJob
 from agents.records import ModelRole
 from agents.trajectory_table import read_trajectories, write_trajectories
+from correction.records import boundary_instances
 from correction.runner import local_rollouts
 from flows.correction_stage import STAGE, CorrectionConfig, correct_run
 from flows.store import RunStore
@@ -67,7 +69,9 @@ def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
     assert again.keys == [] and second.reused == 2 and second.calls == {}
     assert [c.model_dump() for c in second.corrections] == [c.model_dump() for c in first.corrections]
     assert {t.id for t in second.corrected} == {c.corrected_trajectory_id for c in first.corrections if c.status == "corrected"}
-    assert (tmp_path / "r" / "datasets" / STAGE / "card.json").exists()
+    card = json.loads((tmp_path / "r" / "datasets" / STAGE / "card.json").read_text())
+    assert card["sources"] == 2 and card["boundary_share"] == 0.0  # only failing samples given: no boundary
+    assert boundary_instances([("a", True), ("a", False), ("b", False), ("c", True)]) == {"a"}
 
 
 def _text(output: str) -> str:
