@@ -51,6 +51,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_attribute",
     "flows.cli_evolve",
     "flows.cli_imitate",
+    "flows.cli_correct",
 )
 
 

@@ -1,0 +1,109 @@
+"""`mle_agent:MODEL`: an LLM agent (any LiteLLM model in the `locator` role) investigates a failing rollout with
+tools and answers t*, a category and a rationale as a structured tool call.
+
+Tools: `read_turn(turn)` (the student's assistant message and its tool results), `failed_checks()` (the
+verifier's failed checks and feedback), `replay(turn, tool, arguments)` (a fresh environment rebuilt to the
+state after the student's first `turn` turns - the calls that ran, re-executed - then one tool call on it,
+e.g. a read, to inspect that state), and `answer(t_star, category, rationale)`. An invalid answer (a turn out
+of range, a category outside the ontology) comes back as a tool error; no valid answer within `max_steps`
+model calls, or a failed model call, gives no t* with the reason. The agent only sees the view.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.client import ModelCallError, ModelClient
+from agents.records import ModelRole, Trajectory
+from analysis.attribution.ontology import CATEGORIES
+from correction.records import Localization
+from correction.runner import RolloutFn
+from harness.hooks import BLOCKED_PREFIX, NOT_RUN
+from harness.program import Harness
+from tasks.records import ToolCall
+
+CLIP = 1500
+
+
+def _fn(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+TOOLS = [
+    _fn("read_turn", "The student's assistant turn and its tool results.", {"turn": {"type": "integer"}}, ["turn"]),
+    _fn("failed_checks", "The verifier's failed checks and feedback.", {}, []),
+    _fn("replay", "Rebuild the environment after the student's first `turn` turns and make one tool call on it.",
+        {"turn": {"type": "integer"}, "tool": {"type": "string"}, "arguments": {"type": "object"}}, ["turn", "tool"]),
+    _fn("answer", "Your final answer: the 0-based turn whose action made the task fail.",
+        {"t_star": {"type": "integer"}, "category": {"type": "string", "enum": list(CATEGORIES)},
+         "rationale": {"type": "string"}}, ["t_star", "category", "rationale"]),
+]
+SYSTEM = ("You find the turn where an AI agent's failed episode went wrong: the earliest turn whose action made the "
+          "task fail. Investigate with the tools, then call `answer` once.")
+
+
+class MleAgentLocator:
+    def __init__(self, model: str, *, api_base: str | None = None, max_steps: int = 12, max_tokens: int = 512,
+                 client: ModelClient | None = None, **_: Any) -> None:
+        self.name = f"mle_agent:{model}"
+        self.max_steps = max_steps
+        self.client = client or ModelClient(ModelRole(model=model, api_base=api_base, max_tokens=max_tokens,
+                                                      return_token_ids=False))
+
+    async def _replay(self, view: Trajectory, turn: int, tool: str, arguments: Any) -> str:
+        import tasks
+
+        env = tasks.make_env(view.instance)
+        try:
+            ran = [c for t in view.turns[:turn] for c, r in zip(t.tool_calls, t.tool_results, strict=False)
+                   if not r.content.startswith((BLOCKED_PREFIX, NOT_RUN)) and not isinstance(c.arguments, str)]
+            names = {s.name for s in env.tools()}
+            await env.replay([c for c in ran if c.name in names])
+            return (await env.call(tool, arguments or {})).content
+        finally:
+            env.close()
+
+    async def _tool(self, view: Trajectory, call: ToolCall) -> tuple[str, Localization | None]:
+        a = call.arguments if isinstance(call.arguments, dict) else {}
+        n = len(view.turns)
+        if call.name == "failed_checks":
+            return json.dumps({"failed": view.verdict.failed_checks, "feedback": view.verdict.feedback[:CLIP]}), None
+        if call.name in ("read_turn", "replay", "answer"):
+            k = a.get("t_star" if call.name == "answer" else "turn")
+            hi = n if call.name == "replay" else n - 1
+            if not isinstance(k, int) or not 0 <= k <= hi:
+                return f"Error: the turn must be an integer in 0..{hi}", None
+        if call.name == "read_turn":
+            t = view.turns[a["turn"]]
+            return json.dumps({"assistant": t.assistant, "results": [r.content[:CLIP] for r in t.tool_results]}), None
+        if call.name == "replay":
+            return (await self._replay(view, a["turn"], str(a.get("tool")), a.get("arguments")))[:CLIP], None
+        if call.name == "answer":
+            if a.get("category") not in CATEGORIES:
+                return f"Error: category must be one of {', '.join(CATEGORIES)}", None
+            return "ok", Localization(t_star=a["t_star"], category=a["category"], locator=self.name,
+                                      rationale=str(a.get("rationale") or "")[:2000])
+        return f"Error: unknown tool '{call.name}'", None
+
+    async def locate(self, trajectory: Trajectory, harness: Harness, run: RolloutFn) -> Localization:
+        view = trajectory.require_view(self.name)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": (
+            f"Task: {view.instance.instruction}\nThe episode has {len(view.turns)} turns (0..{len(view.turns) - 1}), "
+            f"stopped with '{view.stop_reason}', score {view.score:.2f}.")}]
+        for _ in range(self.max_steps):
+            try:
+                resp = await self.client.complete(messages, TOOLS)
+            except ModelCallError as e:
+                return Localization(t_star=None, category="unattributed", locator=self.name, rationale=f"model call failed: {e}")
+            messages.append(resp.message)
+            if not resp.tool_calls:
+                messages.append({"role": "user", "content": "Call `answer` with t_star, category and rationale."})
+            for call in resp.tool_calls:
+                content, found = await self._tool(view, call)
+                if found is not None:
+                    return found
+                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+        return Localization(t_star=None, category="unattributed", locator=self.name,
+                            rationale=f"no valid answer in {self.max_steps} model calls")

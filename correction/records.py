@@ -1,0 +1,149 @@
+"""Records of the correction arm: where a failing rollout went wrong (`Localization`), what the expert wrote
+instead (`Candidate`), and the whole decision (`Correction`), stored as Parquet with an explicit schema.
+
+Lineage: every `Correction` names its source trajectory (`source_trajectory_id`, the id in the trajectory
+table the failing rollout was read from), its instance and the harness it ran under; `corrected_trajectory_id`
+is the id of the corrected trajectory written beside it (the row `coevo train` takes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.attribution.ontology import Bucket
+
+Mode = Literal["single_turn", "suffix"]
+
+
+class Localization(BaseModel):
+    """A locator's answer: the failing turn t*, its category and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    t_star: int | None = Field(ge=0, description="0-based assistant turn to rewrite; None when none was found.")
+    category: Bucket = Field(description="Failure-ontology category (or 'unattributed').")
+    rationale: str = Field(description="Why this turn, naming the evidence (e.g. the R(t) values probed).")
+    locator: str = Field(description="'counterfactual', 'divergence', ...")
+    probes: dict[int, bool] = Field(default_factory=dict, description="Counterfactual R(t) values the search probed.")
+    monotone: bool = Field(default=True, description="False when the probes showed R recover after failing.")
+
+
+class Candidate(BaseModel):
+    """One expert rewrite of turn t*: the assistant message (content + tool calls) and its scores."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: dict[str, Any] = Field(description="The OpenAI assistant message the expert wrote for t*.")
+    rationale: str = Field(description="One sentence: what the corrected turn does differently.")
+    seed: int = Field(description="Seed the expert sampled it with.")
+    replay_scores: list[float] = Field(default_factory=list, description="Verifier scores of the student's continuations.")
+    judge_rank: int | None = Field(default=None, description="Rank given by a judge selector (1 = best).")
+
+    @property
+    def mean_score(self) -> float:
+        return sum(self.replay_scores) / len(self.replay_scores) if self.replay_scores else 0.0
+
+
+class Correction(BaseModel):
+    """One corrected failing rollout (the decision, with lineage to the trajectories)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source_trajectory_id: str
+    instance_id: str
+    family: str
+    harness_id: str
+    student_model: str
+    expert_model: str
+    t_star: int | None
+    locator: str
+    category: Bucket
+    localization_rationale: str
+    candidates: list[Candidate] = Field(default_factory=list)
+    fewer_candidates_reason: str = Field(default="", description="Why fewer than N distinct candidates were kept.")
+    selector: str = ""
+    chosen: int | None = Field(default=None, description="Index into candidates; None when nothing was chosen.")
+    rationale: str = Field(default="", description="The chosen candidate's rationale, or why nothing was chosen.")
+    mode: Mode = "single_turn"
+    corrected_trajectory_id: str = ""
+    status: Literal["corrected", "not_localized", "no_candidate", "replay_failed"] = "corrected"
+    judge_agreement: bool | None = Field(default=None, description="Both selectors ran: did they choose the same one?")
+
+
+CORRECTION_SCHEMA: dict[str, pl.DataType] = {
+    "source_trajectory_id": pl.String(), "instance_id": pl.String(), "family": pl.String(), "harness_id": pl.String(),
+    "student_model": pl.String(), "expert_model": pl.String(), "t_star": pl.Int64(), "locator": pl.String(),
+    "category": pl.String(), "localization_rationale": pl.String(), "candidates_json": pl.String(),
+    "n_candidates": pl.Int64(), "fewer_candidates_reason": pl.String(), "selector": pl.String(),
+    "chosen": pl.Int64(), "chosen_mean_score": pl.Float64(), "rationale": pl.String(), "mode": pl.String(),
+    "corrected_trajectory_id": pl.String(), "status": pl.String(), "judge_agreement": pl.Boolean(),
+}
+
+
+def _row(c: Correction) -> dict[str, Any]:
+    d = c.model_dump(exclude={"candidates"})
+    d["candidates_json"] = json.dumps([x.model_dump() for x in c.candidates], sort_keys=True)
+    d["n_candidates"] = len(c.candidates)
+    d["chosen_mean_score"] = c.candidates[c.chosen].mean_score if c.chosen is not None else None
+    return d
+
+
+def write_corrections(path: str | Path, corrections: Iterable[Correction]) -> Path:
+    """Atomic Parquet write with the explicit schema."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pl.DataFrame([_row(c) for c in corrections], schema=CORRECTION_SCHEMA)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    frame.write_parquet(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_corrections(path: str | Path) -> list[Correction]:
+    frame = pl.read_parquet(path)
+    out: list[Correction] = []
+    for row in frame.iter_rows(named=True):
+        cands = [Candidate.model_validate(x) for x in json.loads(row.pop("candidates_json"))]
+        for k in ("n_candidates", "chosen_mean_score"):
+            row.pop(k)
+        out.append(Correction.model_validate({**row, "candidates": cands}))
+    return out
+
+
+def boundary_instances(passed: Iterable[tuple[str, bool]]) -> set[str]:
+    """Instances at the student's capability boundary: pass rate over its samples strictly between 0 and 1."""
+    seen: dict[str, set[bool]] = {}
+    for instance_id, ok in passed:
+        seen.setdefault(instance_id, set()).add(ok)
+    return {i for i, v in seen.items() if v == {True, False}}
+
+
+def dataset_card(corrections: list[Correction], boundary: set[str] | None = None) -> dict[str, Any]:
+    """Counts per family and status, mean t*, candidates kept, selector agreement where both ran, and the share
+    of corrections on capability-boundary instances (`boundary`, when the student's samples are known)."""
+    fams: dict[str, dict[str, int]] = {}
+    for c in corrections:
+        fams.setdefault(c.family, {}).setdefault(c.status, 0)
+        fams[c.family][c.status] += 1
+    done = [c for c in corrections if c.status == "corrected"]
+    stars = [c.t_star for c in done if c.t_star is not None]
+    both = [c.judge_agreement for c in corrections if c.judge_agreement is not None]
+    return {
+        "corrections": sum(c.status == "corrected" for c in corrections), "sources": len(corrections),
+        "per_family": dict(sorted(fams.items())),
+        "mean_t_star": sum(stars) / len(stars) if stars else None,
+        "mean_candidates": sum(len(c.candidates) for c in corrections) / len(corrections) if corrections else None,
+        "selector_agreement": (sum(both) / len(both)) if both else None,
+        "boundary_share": (sum(c.instance_id in boundary for c in done) / len(done))
+        if boundary is not None and done else None,
+        "modes": dict(sorted({m: sum(c.mode == m and c.status == "corrected" for c in corrections)
+                              for m in {c.mode for c in corrections}}.items())),
+        "categories": dict(sorted({k: sum(c.category == k for c in corrections) for k in {c.category for c in corrections}}.items())),
+    }

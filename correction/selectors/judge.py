@@ -1,0 +1,95 @@
+"""`judge:MODEL` (the paper's choice): an LLM quality judge ranks the N candidates with a rubric.
+
+The model is reached through an injected completion function (messages -> text; default
+`analysis.attribution.judge.completion_for`, any LiteLLM model over `agents.client.ModelClient`). It sees the
+compressed transcript of the failing rollout, the failed checks, the student's own t* action and the
+candidates (rationale + calls), and must answer one JSON object that validates as `JudgeRanking`: a ranking
+of every candidate index, best first, and a rationale. An invalid answer is sent back once with the error;
+a second invalid answer or a failed model call chooses nothing (`chosen=None`, the reason as rationale).
+No episodes are run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents.client import ModelCallError
+from agents.records import ModelRole, Trajectory
+from analysis.attribution.judge import Completion, _json_object, completion_for
+from analysis.attribution.transcript import compress_transcript
+from correction.records import Candidate
+from correction.roles import describe
+from correction.runner import RolloutFn
+from correction.selectors.base import Selection
+from harness.program import Harness
+
+ATTEMPTS = 2
+
+
+class JudgeRanking(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ranking: list[int] = Field(description="Every candidate index exactly once, best first.")
+    rationale: str = Field(min_length=1, max_length=2000)
+
+
+RUBRIC = ("You judge corrections of one turn of an AI agent's failed episode. Rank the candidate turns by how "
+          "well each one fixes the mistake that made the task's checks fail: a correct tool and arguments for "
+          "the state the conversation reached, consistent with the task's explicit constraints and the domain's "
+          "conventions, and leaving the agent able to finish. A candidate that repeats the mistake ranks last. "
+          f"Answer with one JSON object and nothing else, matching this JSON schema: "
+          f"{json.dumps(JudgeRanking.model_json_schema())}")
+
+
+def judge_request(view: Trajectory, t_star: int, candidates: list[Candidate]) -> list[dict[str, Any]]:
+    cands = "\n".join(f"[{i}] {c.rationale} -> {describe(c.message)}" for i, c in enumerate(candidates))
+    user = (f"{compress_transcript(view)}\n\nFailed checks: {', '.join(view.verdict.failed_checks) or 'none named'}\n"
+            f"The turn to correct is turn {t_star}; the agent did: {describe(view.turns[t_star].assistant)}\n"
+            f"Candidates for turn {t_star}:\n{cands}\n\nRank all {len(candidates)} candidates, best first.")
+    return [{"role": "system", "content": RUBRIC}, {"role": "user", "content": user}]
+
+
+def parse_ranking(text: str, n: int) -> JudgeRanking:
+    """Validate an answer; ValueError with a message the judge can act on."""
+    try:
+        answer = JudgeRanking.model_validate(_json_object(text))
+    except ValidationError as e:
+        raise ValueError("the JSON does not match the schema: " + "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())) from None
+    if sorted(answer.ranking) != list(range(n)):
+        raise ValueError(f"ranking {answer.ranking} must list every index 0..{n - 1} exactly once")
+    return answer
+
+
+class JudgeSelector:
+    def __init__(self, model: str, completion: Completion | None = None, *, api_base: str | None = None,
+                 max_tokens: int = 512, **_: Any) -> None:
+        self.name = f"judge:{model}"
+        self.completion = completion or completion_for(
+            ModelRole(model=model, api_base=api_base, temperature=0.0, max_tokens=max_tokens, return_token_ids=False))
+
+    async def select(self, view: Trajectory, harness: Harness, t_star: int, candidates: list[Candidate],
+                     run: RolloutFn) -> Selection:
+        view = view.require_view(self.name)
+        if not candidates:
+            return Selection(chosen=None, candidates=[], rationale="no candidates")
+        messages = judge_request(view, t_star, candidates)
+        problem = ""
+        for _ in range(ATTEMPTS):
+            try:
+                text = await self.completion(messages)
+            except ModelCallError as e:
+                return Selection(chosen=None, candidates=candidates, rationale=f"judge call failed: {e}")
+            try:
+                answer = parse_ranking(text, len(candidates))
+            except ValueError as e:
+                problem = str(e)
+                messages = [*messages, {"role": "assistant", "content": text},
+                            {"role": "user", "content": f"Invalid answer: {problem}. Answer again with one JSON object."}]
+                continue
+            ranked = [c.model_copy(update={"judge_rank": answer.ranking.index(i) + 1}) for i, c in enumerate(candidates)]
+            return Selection(chosen=answer.ranking[0], candidates=ranked, rationale=answer.rationale)
+        return Selection(chosen=None, candidates=candidates, rationale=f"invalid judge answer twice: {problem}")

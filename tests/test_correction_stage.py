@@ -1,0 +1,109 @@
+"""The correction_data stage and `coevo correct` on SIMULATED failing rollouts (real environments, real
+rollout runtime): a rerun after a kill repeats no expert or student call; bad CLI input is one clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from correction_helpers import STUDENT, student_rollout
+from typer.testing import CliRunner
+
+from agents.jobs import RolloutJob
+from agents.records import ModelRole
+from agents.trajectory_table import read_trajectories, write_trajectories
+from correction.records import boundary_instances
+from correction.runner import local_rollouts
+from flows.correction_stage import STAGE, CorrectionConfig, correct_run
+from flows.store import RunStore
+from harness import baseline
+from training.dataset import marked_turns
+
+CASES = [("payroll_audit", 40, 0), ("anomaly_detection", 41, 0)]
+
+
+@pytest.fixture(scope="module")
+def failing():
+    out = [asyncio.run(student_rollout(*c)) for c in CASES]
+    assert all(not t.passed for t in out)
+    return out
+
+
+class Killed(RuntimeError):
+    pass
+
+
+class Recorder:
+    """A RolloutFn that records the job keys it ran, and dies after `die_after` batches (a kill)."""
+
+    def __init__(self, die_after: int | None = None) -> None:
+        self.inner, self.keys, self.batches, self.die_after = local_rollouts(2), [], 0, die_after
+
+    async def __call__(self, jobs: Sequence[RolloutJob]):
+        if self.die_after is not None and self.batches >= self.die_after:
+            raise Killed("killed")
+        self.batches += 1
+        self.keys += [j.key for j in jobs]
+        return await self.inner(jobs)
+
+
+def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
+    harnesses = {baseline(t.family).id: baseline(t.family) for t in failing}
+    with pytest.raises(ValueError, match="leakage"):  # test-split rollouts never become training rows by default
+        correct_run(RunStore(tmp_path, "leak"), failing, {}, CorrectionConfig(student=ModelRole(model=STUDENT)))
+    config = CorrectionConfig(student=ModelRole(model=STUDENT), replays=1, concurrency=1,
+                              splits=["train", "test"])  # a measurement run on test instances
+    killed = Recorder(die_after=4)
+    with pytest.raises(Killed):
+        correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=killed)
+    assert killed.keys
+    resumed = Recorder()
+    first = correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=resumed)
+    assert not set(resumed.keys) & set(killed.keys), "a finished episode ran again"
+    assert len(first.corrections) == 2 and first.card["corrections"] == len(first.corrected) >= 1
+    again = Recorder()
+    second = correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=again)
+    assert again.keys == [] and second.reused == 2 and second.calls == {}
+    assert [c.model_dump() for c in second.corrections] == [c.model_dump() for c in first.corrections]
+    assert {t.id for t in second.corrected} == {c.corrected_trajectory_id for c in first.corrections if c.status == "corrected"}
+    card = json.loads((tmp_path / "r" / "datasets" / STAGE / "card.json").read_text())
+    assert card["sources"] == 2 and card["boundary_share"] == 0.0  # only failing samples given: no boundary
+    assert boundary_instances([("a", True), ("a", False), ("b", False), ("c", True)]) == {"a"}
+
+
+def _text(output: str) -> str:
+    return " ".join(output.replace("│", " ").split())
+
+
+def app():
+    import typer
+
+    from flows import cli_correct
+
+    a = typer.Typer()
+    cli_correct.register(a)
+    return a
+
+
+def test_cli_writes_corrections_and_rejects_bad_input(failing, tmp_path):
+    src = tmp_path / "src" / "trajectories.parquet"
+    write_trajectories(src, failing[:1])
+    out = tmp_path / "out"
+    base = ["--trajectories", str(src.parent), "--student", STUDENT, "--replays", "1", "--out", str(out)]
+    leak = CliRunner().invoke(app(), base)  # test-split rollouts: the leakage guard refuses them
+    assert leak.exit_code == 2 and "leakage" in _text(leak.output) and not out.exists()
+    base = [*base, "--allow-split", "test"]
+    res = CliRunner().invoke(app(), base)
+    assert res.exit_code == 0, res.output
+    rows = read_trajectories(out / "trajectories")
+    assert len(rows) == 1 and rows[0].tag == "correction" and len(marked_turns(rows[0])) == 1
+    for bad, word in [(["--locator", "psychic"], "--locator"), (["--selector", "coin"], "--selector"),
+                      (["--harness", str(tmp_path / "nope.yaml")], "--harness"), (["--n", "0"], "--n")]:
+        r = CliRunner().invoke(app(), [*base[:-3], str(tmp_path / "bad"), *bad])
+        assert r.exit_code == 2 and word in _text(r.output), (bad, r.output)
+    r = CliRunner().invoke(app(), ["--trajectories", str(tmp_path / "none"), "--student", STUDENT, "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "does not exist" in _text(r.output)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "b").exists()
