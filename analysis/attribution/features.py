@@ -12,7 +12,7 @@ per-turn records, the stop reason and the verifier's verdict. Turn lists hold 0-
 | `blocked_valid_turns` | a hook blocked a well-formed call (known tool, schema-valid) that was the first of its kind |
 | `loop_turns` | a run of >= `loop_n` identical consecutive calls (name + arguments) |
 | `requery_turns` | a successful read repeating an earlier successful read with the same arguments and the same result, with other calls in between |
-| `dropped_items` | identifiers (codes such as `REQ-3977`, `VIB-01`; file paths) that a failed check's feedback names, that the model had retrieved (at least two successful calls carried it: a read whose result or arguments hold it, or any call whose arguments name it; i.e. listed, then opened or used), with the conversation at least `lost_min_chars` long at the last of them, and that its output lost: no successful write names it, or the last write to an output that once named it no longer does |
+| `dropped_items` | identifiers (codes such as `REQ-3977`, `VIB-01`; file paths) that a failed check's feedback names, that the model had retrieved (at least two successful calls carried it: a read whose result or arguments hold it, or any call whose arguments name it; i.e. listed, then opened or used; or one read whose result the model ignored entirely: no identifier of it named by a later call, while those of another read of the same tool are), with the conversation at least `lost_min_chars` long at the last of them, and that its output lost: no successful write names it, or the last write to an output that once named it no longer does |
 | `dropped_turns` | per dropped item, the last turn that carried it (the model had it then) |
 | `page_gap_turns` | a paginated listing tool (its results are JSON objects with integer `page` and `pages`) whose pages were not all fetched; browser pages are not parsed (a model may rightly skip listing pages there) |
 | `unvisited_sources` | file names the instruction mentions that no call argument ever names (only when no written output has a name the instruction lacks, which would be a renamed output instead) |
@@ -133,20 +133,36 @@ def _requeries(calls: list[Call]) -> list[int]:
     return sorted(set(out))
 
 
+def _ignored_result(read: Call, calls: list[Call]) -> bool:
+    """No identifier of this read's result is named by a later call, while those of another read of the same
+    tool are: the model used results of this kind, but not this one."""
+    def used(r: Call) -> bool:
+        later = " ".join(c.args_json for c in calls if c.turn > r.turn)
+        return any(i in later for i in set(IDENT_RE.findall(r.result)))
+    siblings = [c for c in calls if c.ok and c.name == read.name and c is not read]
+    return not used(read) and any(used(c) for c in siblings)
+
+
+def _lost(item: str, calls: list[Call]) -> bool:
+    """No successful write names `item`, or the last write to an output that once named it no longer does."""
+    last_by_output: dict[tuple[str, ...], Call] = {}
+    named_once = set()
+    for w in (c for c in calls if c.ok and c.action == "write"):
+        last_by_output[w.named_paths] = w
+        if item in w.args_json:
+            named_once.add(w.named_paths)
+    return not named_once or any(item not in last_by_output[o].args_json for o in named_once if o)
+
+
 def _dropped(calls: list[Call], feedback: str, context: list[int], min_chars: int) -> tuple[list[str], list[int]]:
     """Items the failed checks name that the model had retrieved and its output lost (see `dropped_items`)."""
     items, turns = [], []
     for item in sorted(set(IDENT_RE.findall(feedback))):
         carried = [c for c in calls if c.ok and (item in c.args_json or (c.action == "read" and item in c.result))]
-        if len(carried) < 2 or context[carried[-1].turn] < min_chars:
-            continue  # never retrieved, or only listed: a skipped item, not a lost one
-        writes = [c for c in calls if c.ok and c.action == "write"]
-        last_by_output: dict[tuple[str, ...], Call] = {}
-        for w in writes:
-            last_by_output[w.named_paths] = w
-        named_once = {w.named_paths for w in writes if item in w.args_json}
-        lost = not named_once or any(item not in last_by_output[o].args_json for o in named_once if o)
-        if lost:
+        if not carried or context[carried[-1].turn] < min_chars:
+            continue
+        had = len(carried) >= 2 or (carried[0].action == "read" and _ignored_result(carried[0], calls))
+        if had and _lost(item, calls):  # one listing only: a skipped item, not a lost one
             items.append(item)
             turns.append(carried[-1].turn)
     return items, sorted(set(turns))

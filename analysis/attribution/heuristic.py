@@ -6,7 +6,7 @@ The rules run in this order; the first that matches decides (its confidence is f
 |---|---|---|---|
 | 1 | infrastructure stop (`model_error`, `timeout`, `error` (a hook stop included), `harness_stop`, `context_overflow`, `cost_cap`, `truncated`) or a crashed verifier | environment_or_harness | 0.9 |
 | 2 | a hook blocked a valid call (known tool, schema-valid, first of its kind) | environment_or_harness | 0.7 |
-| 3 | a tool call errored or was malformed and was never repaired, or the environment ran a call whose arguments break the tool's schema | tool_use | 0.8 |
+| 3 | a tool call errored or was malformed and was never repaired (a failing call repeated in a loop is left to rule 4), or the environment ran a call whose arguments break the tool's schema | tool_use | 0.8 |
 | 4 | plan structure: out of turns (`max_turns`), a loop of identical consecutive calls, a paginated listing with pages never fetched, an input file the task names and no call touched | planning | 0.75 |
 | 5 | lost context: an unchanged read repeated later (re-query); an item the failed checks name that the model had retrieved (listed, then opened or used) and its output lost (`dropped_items`); or the primary failed check is a value check (hint implicit_knowledge) and the conversation had passed `long_context_chars` at the turn that wrote the output | long_context | 0.65 / 0.6 / 0.55 |
 | 6 | the primary failed check (first failed in the family's causal order, `check_hints.py`) and its hint; `output` resolves to instruction_following when a write named something the task never mentions, else planning | the hint | 0.6 |
@@ -77,8 +77,8 @@ def blocked_valid_call(f: Features, cfg: HeuristicConfig) -> Decision | None:
 
 
 def tool_misuse(f: Features, cfg: HeuristicConfig) -> Decision | None:
-    turns = sorted(set(f.unrecovered_error_turns) | set(f.schema_turns))
-    if not turns:
+    turns = sorted((set(f.unrecovered_error_turns) - set(f.loop_turns)) | set(f.schema_turns))
+    if not turns:  # the same failing call repeated is a loop: rule 4's (planning)
         return None
     bad = [c for c in f.calls if c.turn in turns and (c.error or c.malformed or c.schema_problem)]
     what = "; ".join(f"{c.name}: {c.schema_problem or c.result[:80]}" for c in bad[:3])
