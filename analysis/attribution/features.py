@@ -18,6 +18,7 @@ per-turn records, the stop reason and the verifier's verdict. Turn lists hold 0-
 | `unvisited_sources` | file names the instruction mentions that no call argument ever names (only when no written output has a name the instruction lacks, which would be a renamed output instead) |
 | `unmentioned_outputs` | names (path/key/title arguments) of successful writes that the instruction never mentions |
 | `write_turns` | turns with a successful write-type call |
+| `missing_literals` | failed checks whose feedback quotes a required literal (`'Total: $...'`: the text before the first `:`) that the last successful write naming one of the check's items does not contain: the output ignores a prescribed format |
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Features(BaseModel):
     write_turns: list[int] = Field(default_factory=list)
     failed_checks: list[str] = Field(default_factory=list)
     feedback: dict[str, str] = Field(default_factory=dict, description="Failed check -> its feedback line.")
+    missing_literals: list[str] = Field(default_factory=list)
 
 
 def context_chars(trajectory: Trajectory) -> list[int]:
@@ -102,7 +104,9 @@ def _errors(calls: list[Call]) -> tuple[list[int], list[int]]:
             continue
         later = calls[i + 1:]
         unknown_name = c.malformed and c.name not in {x.name for x in calls if not x.malformed}
-        fixed = any(x.ok for x in later) if unknown_name else any(_repairs(c, x) for x in later)
+        values = _short_values(c.args_json)
+        fixed = any(x.ok and all(v in x.args_json for v in values) for x in later) if unknown_name \
+            else any(_repairs(c, x) for x in later)
         (recovered if fixed else unrecovered).append(c.turn)
     return sorted(set(unrecovered)), sorted(set(recovered))
 
@@ -166,6 +170,23 @@ def _dropped(calls: list[Call], feedback: str, context: list[int], min_chars: in
             items.append(item)
             turns.append(carried[-1].turn)
     return items, sorted(set(turns))
+
+
+_LITERAL_RE = re.compile(r"'([^':]{1,40}):[^']*\.\.\.'")
+
+
+def _missing_literals(calls: list[Call], feedback: dict[str, str]) -> list[str]:
+    """Failed checks whose quoted literal the last write naming one of their items lacks (`missing_literals`)."""
+    out = []
+    writes = [c for c in calls if c.ok and c.action == "write"]
+    for check, line in feedback.items():
+        literals = [m + ":" for m in _LITERAL_RE.findall(line)]
+        for item in set(IDENT_RE.findall(line)) if literals else ():
+            last = next((w for w in reversed(writes) if item in w.args_json), None)
+            if last is not None and not all(lit in last.args_json for lit in literals):
+                out.append(check)
+                break
+    return out
 
 
 def _page_of(result: str) -> tuple[int, int] | None:
@@ -243,5 +264,5 @@ def extract_features(trajectory: Trajectory, loop_n: int = 3, lost_min_chars: in
         requery_turns=_requeries(calls), dropped_items=dropped, dropped_turns=dropped_turns,
         page_gap_turns=_page_gaps(calls), unvisited_sources=unvisited,
         unmentioned_outputs=unmentioned, write_turns=sorted({c.turn for c in calls if c.ok and c.action == "write"}),
-        failed_checks=failed, feedback=feedback,
+        failed_checks=failed, feedback=feedback, missing_literals=_missing_literals(calls, feedback),
     )

@@ -9,7 +9,7 @@ The rules run in this order; the first that matches decides (its confidence is f
 | 3 | a tool call errored or was malformed and was never repaired (a failing call repeated in a loop is left to rule 4), or the environment ran a call whose arguments break the tool's schema | tool_use | 0.8 |
 | 4 | plan structure: out of turns (`max_turns`), a loop of identical consecutive calls, a paginated listing with pages never fetched, an input file the task names and no call touched | planning | 0.75 |
 | 5 | lost context: an unchanged read repeated later (re-query); an item the failed checks name that the model had retrieved (listed, then opened or used) and its output lost (`dropped_items`); or the primary failed check is a value check (hint implicit_knowledge) and the conversation had passed `long_context_chars` at the turn that wrote the output | long_context | 0.65 / 0.6 / 0.55 |
-| 6 | the primary failed check (first failed in the family's causal order, `check_hints.py`) and its hint; `output` resolves to instruction_following when a write named something the task never mentions, else planning | the hint | 0.6 |
+| 6 | the primary failed check (first failed in the family's causal order, `check_hints.py`) and its hint; `output` resolves to instruction_following when a write named something the task never mentions, else planning; a check whose quoted literal format (`'Total: $...'`) the output lacks -> instruction_following | the hint | 0.6 |
 | 7 | repaired tool errors only | tool_use | 0.35 |
 | - | nothing matched | unattributed | 0.0 |
 
@@ -134,6 +134,9 @@ def check_hint(f: Features, cfg: HeuristicConfig) -> Decision | None:
     check, hint = primary
     category = hint.resolve(f.feedback.get(check, ""))
     why = f"first failed check in causal order: {check}" + (f" ({hint.why})" if hint.why else "")
+    if check in f.missing_literals and category != "planning":
+        return Decision(category="instruction_following", turns=_output_turns(f), confidence=0.6,
+                        rationale=f"{why}; the output lacks the literal format the check quotes")
     if category == "output":
         if f.unmentioned_outputs:
             return Decision(category="instruction_following", turns=_output_turns(f), confidence=0.6,
