@@ -18,7 +18,7 @@ per-turn records, the stop reason and the verifier's verdict. Turn lists hold 0-
 | `unvisited_sources` | file names the instruction mentions that no call argument ever names (only when no written output has a name the instruction lacks, which would be a renamed output instead) |
 | `unmentioned_outputs` | names (path/key/title arguments) of successful writes that the instruction never mentions |
 | `write_turns` | turns with a successful write-type call |
-| `missing_literals` | failed checks whose feedback quotes a required literal (`'Total: $...'`: the text before the first `:`) that the last successful write naming one of the check's items does not contain: the output ignores a prescribed format |
+| `missing_literals` | failed checks whose feedback quotes a required literal (`'Total: $...'`: the text before the first `:`) that no successful write naming one of the check's items contains: the output ignores a prescribed format |
 """
 
 from __future__ import annotations
@@ -176,14 +176,14 @@ _LITERAL_RE = re.compile(r"'([^':]{1,40}):[^']*\.\.\.'")
 
 
 def _missing_literals(calls: list[Call], feedback: dict[str, str]) -> list[str]:
-    """Failed checks whose quoted literal the last write naming one of their items lacks (`missing_literals`)."""
+    """Failed checks whose quoted literal no write naming one of their items has (`missing_literals`)."""
     out = []
     writes = [c for c in calls if c.ok and c.action == "write"]
     for check, line in feedback.items():
         literals = [m + ":" for m in _LITERAL_RE.findall(line)]
         for item in set(IDENT_RE.findall(line)) if literals else ():
-            last = next((w for w in reversed(writes) if item in w.args_json), None)
-            if last is not None and not all(lit in last.args_json for lit in literals):
+            naming = [w for w in writes if item in w.args_json]
+            if naming and not any(lit in w.args_json for w in naming for lit in literals):
                 out.append(check)
                 break
     return out
