@@ -186,3 +186,46 @@ def fit_markdown(table: pl.DataFrame, threshold: float) -> str:
         lines.append(f"| {r['pair']} | {r['family']} | {r['kl_base']:.3f} ({r['kl_base_bigram']:.3f} + "
                      f"{r['kl_base_position']:.3f}) | {exp} | {'yes' if r['same_harness'] else 'no'} | {risk} |")
     return "\n".join(lines) + "\n"
+
+
+class FitEvidence(BaseModel):
+    """Why `fit_alarm` raised (or did not raise) the flag: the figures the promotion gate shows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threshold_nats: float
+    kl_base: float = Field(description="Overall KL(trained || base): the mean over the families both have.")
+    kl_expert: float = Field(description="Overall KL(trained || expert); NaN without expert trajectories.")
+    per_family: dict[str, float] = Field(description="Family -> KL(trained || base).")
+    same_harness: bool = Field(description="Trained and base ran under the same harness ids (the comparison "
+                                           "the threshold was calibrated for).")
+    n_trained: int
+    n_base: int
+    reason: str
+
+
+def fit_alarm(trained: Sequence[Trajectory], base: Sequence[Trajectory], expert: Sequence[Trajectory] = (),
+              config: FitConfig | None = None) -> tuple[bool, FitEvidence]:
+    """Is the trained student's fit with its harness at risk? (flag, evidence) for the round's promotion gate.
+
+    flag = the overall KL of the trained student's planning-action distribution from the base student's (same
+    harness) exceeds `config.threshold_nats` (calibration: docs/attribution.md, "Fit monitor").
+    """
+    cfg = config or FitConfig()
+    if not trained or not base:
+        raise ValueError("fit_alarm needs trained and base trajectories (got "
+                         f"{len(trained)} trained, {len(base)} base)")
+    table = fit_table({"trained": trained, "base": base, **({"expert": expert} if expert else {})}, "base",
+                      "expert" if expert else None, cfg)
+    if table.is_empty():
+        raise ValueError("fit_alarm: the trained and base trajectories share no family")
+    overall = table.filter(pl.col("family") == OVERALL).row(0, named=True)
+    fams = {r["family"]: float(r["kl_base"]) for r in table.iter_rows(named=True) if r["family"] != OVERALL}
+    flag = bool(overall["at_risk"])
+    reason = (f"KL from the base student {overall['kl_base']:.3f} nats {'>' if flag else '<='} threshold "
+              f"{cfg.threshold_nats:g} over {len(fams)} families"
+              + ("" if overall["same_harness"] else "; NOTE: the harnesses differ, so the KL also measures them"))
+    return flag, FitEvidence(threshold_nats=cfg.threshold_nats, kl_base=float(overall["kl_base"]),
+                             kl_expert=float(overall["kl_expert"]), per_family=fams,
+                             same_harness=bool(overall["same_harness"]), n_trained=len(trained), n_base=len(base),
+                             reason=reason)

@@ -19,47 +19,23 @@ import re
 from pathlib import Path
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import ModelRole, Trajectory
-from analysis.attribution import Attributor, make_attributor, parse_spec
+from analysis.attribution import Attributor, make_attributor
 from analysis.attribution.batch import attribute_batch
 from analysis.attribution.records import read_attribution_frame, write_attribution_frame
-from analysis.fit import FitConfig
 from analysis.report_sections import (
     ReportSection,
     composition_section,
     fit_section,
     trigger_section,
 )
+from flows.config import AttributionConfig
 from flows.reporting import evaluation_frame, evaluation_trajectories
 from flows.store import RunStore, atomic_write_text, content_key
 
 STAGE = "attribute"
-
-
-class AttributionConfig(BaseModel):
-    """The `attribution:` section of a run config (every field has a default)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    attributor: str = Field(default="heuristic", description="'heuristic', 'judge' (the `judge` role of `models`) "
-                                                             "or 'judge:MODEL'.")
-    concurrency: int = Field(default=4, ge=1, description="Trajectories attributed at once.")
-    bootstrap_samples: int = Field(default=2000, ge=100)
-    seed: int = Field(default=0, description="Seed of the bootstrap.")
-    base_pair: str | None = Field(default=None, description="The base student's pair: the fit reference.")
-    expert_pair: str | None = Field(default=None, description="The expert's pair: the second fit reference.")
-    shifts: list[tuple[str, str]] = Field(default_factory=list, description="Pairs (a, b) whose composition "
-                                                                            "shift a -> b is reported.")
-    fit: FitConfig = Field(default_factory=FitConfig)
-
-    @field_validator("attributor")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v != "judge":
-            parse_spec(v)  # ValueError names the accepted forms
-        return v
 
 
 class AttributionRecord(BaseModel):

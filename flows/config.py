@@ -15,8 +15,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import tasks
-from agents.records import ModelRole, ToolChoice
 from agents.jobs import Limits
+from agents.records import ModelRole, ToolChoice
+from analysis.attribution import parse_spec
+from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
@@ -72,6 +74,38 @@ class EvaluationConfig(BaseModel):
         if not v:
             raise ValueError("at least one (model, harness) pair is needed")
         return v
+
+
+class AttributionConfig(BaseModel):
+    """The `attribution:` section of a run config: the `attribute` stage after evaluation (docs/attribution.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="Run the `attribute` stage (false: the section is kept, "
+                                                    "the stage skipped).")
+    attributor: str = Field(default="heuristic", description="'heuristic', 'judge' (the `judge` role of `models`) "
+                                                             "or 'judge:MODEL'.")
+    concurrency: int = Field(default=4, ge=1, description="Trajectories attributed at once.")
+    bootstrap_samples: int = Field(default=2000, ge=100)
+    seed: int = Field(default=0, description="Seed of the bootstrap.")
+    base_pair: str | None = Field(default=None, description="The base student's pair: the fit reference.")
+    expert_pair: str | None = Field(default=None, description="The expert's pair: the second fit reference.")
+    shifts: list[tuple[str, str]] = Field(default_factory=list, description="Pairs (a, b) whose composition "
+                                                                            "shift a -> b is reported.")
+    fit: FitConfig = Field(default_factory=FitConfig)
+
+    @field_validator("attributor")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v != "judge":
+            parse_spec(v)  # ValueError names the accepted forms
+        return v
+
+    def pair_refs(self) -> list[tuple[str, str]]:
+        """(key, pair name) for every pair this section names, for the run config's cross-reference check."""
+        refs = [("base_pair", self.base_pair), ("expert_pair", self.expert_pair)]
+        refs += [(f"shifts.{i}", p) for i, pair in enumerate(self.shifts) for p in pair]
+        return [(k, p) for k, p in refs if p is not None]
 
 
 class AdapterConfig(BaseModel):
@@ -145,6 +179,8 @@ class RunConfig(BaseModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     training: TrainingConfig | None = Field(default=None, description="Train a LoRA adapter after the evaluation "
                                             "pairs (train_adapter stage); null = evaluation only.")
+    attribution: AttributionConfig | None = Field(default=None, description="Attribute the failing rollouts "
+                                                  "after evaluation (attribute stage); null = no attribution.")
 
     @field_validator("families")
     @classmethod
@@ -184,6 +220,8 @@ class RunConfig(BaseModel):
         if self.training is not None:
             self._check_training(self.training)
         self._check_server_keys()
+        if self.attribution is not None:
+            self._check_attribution(self.attribution)
         return self
 
     def _check_server_keys(self) -> None:
@@ -193,6 +231,16 @@ class RunConfig(BaseModel):
             if spec is not None and spec.api_key_env and role.api_key_env != spec.api_key_env:
                 raise ValueError(f"models.{role_name}.api_key_env: server '{spec.name}' requires the key in "
                                  f"{spec.api_key_env}; set `api_key_env: {spec.api_key_env}` on this role")
+
+    def _check_attribution(self, a: AttributionConfig) -> None:
+        names = [p.name for p in self.evaluation.pairs]
+        if self.training is not None and self.training.evaluate_adapter:
+            names.append(self.training.adapter_pair().name)
+        for key, pair in a.pair_refs():
+            if pair not in names:
+                raise ValueError(f"attribution.{key}: '{pair}' is not an evaluation pair (pairs: {', '.join(names)})")
+        if a.enabled and a.attributor == "judge" and "judge" not in self.models:
+            raise ValueError("attribution.attributor: 'judge' needs a `judge` role under `models` (or use judge:MODEL)")
 
     def _check_training(self, t: TrainingConfig) -> None:
         sources = [p.name for p in self.evaluation.pairs if not self.is_trained_pair(p)]

@@ -13,7 +13,11 @@ never a Ray handle or a client; Prefect caching is off because the store's conte
                       the imitation set: its successes + own successes (flows/imitation_stage.py)
     train_adapter     (when `training:` is set) LoRA on the imitation set,
                       then hot-loaded as `training.adapter_name`; then evaluate[adapter pair] (flows/training_stage.py)
-    report            report.md + PNGs in <run>/reports/, a markdown artifact
+    attribute         (when `attribution:` is set and enabled) every failing rollout of every finished pair gets a
+                      failure category; <run>/attributions/<pair>-<key>.parquet, content-keyed, so a resumed run
+                      reuses them (flows/attribution_stage.py)
+    report            report.md + PNGs in <run>/reports/, a markdown artifact; with `attribution:`, the failure
+                      composition, trigger-rate and fit sections
 
 The model servers are one scope around the stages (`flows.servers.ModelServers`): started before the first,
 stopped after the last (also after a failure); every stage runs through `servers.run`, which restarts a
@@ -49,7 +53,8 @@ from agents.records import Trajectory
 from analysis.report import long_family_table
 from deploy import tiny_model
 from flows import faults, servers
-from flows.config import RunConfig, preflight
+from flows.attribution_stage import AttributionRecord, attribute_run, report_sections
+from flows.config import RunConfig, parse_config, preflight
 from flows.plan import Chunk, api_bases, pair_stage, plan_pair
 from flows.reporting import RunReport, write_run_report
 from flows.servers import ModelServers, ServerRestart, ServerUnavailable
@@ -228,10 +233,34 @@ def _train_and_serve(config: RunConfig, run_dir: str, base_dir: str, servers: Mo
     return rec
 
 
+@task(name="attribute", cache_policy=NONE)
+def attribute(config: RunConfig, run_dir: str) -> AttributionRecord:
+    """Attribute the failing rollouts of every finished pair (pairs already attributed are read, not redone)."""
+    assert config.attribution is not None
+    store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
+    rec = attribute_run(store, config.attribution, judge_role=config.models.get("judge"))
+    get_run_logger().info("attribute (%s): %s failing rollouts attributed per pair; reused %s; fit at risk: %s",
+                          rec.attributor, rec.failing, rec.reused or "none", rec.at_risk or "none")
+    create_markdown_artifact(markdown=Path(rec.report_path).read_text(), key=slug("attribution", store.run_id),
+                             description=f"Failure attribution of run {store.run_id}")
+    return rec
+
+
+def _attribution_sections(store: RunStore) -> list[Any] | None:
+    """The attribution report sections when the run's stored config enables attribution and it has run."""
+    try:
+        cfg = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
+    except FileNotFoundError:
+        return None
+    if cfg.attribution is None or not cfg.attribution.enabled or not store.done("attribute"):
+        return None
+    return report_sections(store, cfg.attribution)
+
+
 @task(name="report", cache_policy=NONE)
 def report(run_dir: str, n_boot: int = 2000) -> RunReport:
     store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
-    rep = write_run_report(store, n_boot=n_boot)
+    rep = write_run_report(store, n_boot=n_boot, sections=_attribution_sections(store))
     create_markdown_artifact(markdown=rep.markdown, key=slug("report", store.run_id),
                              description=f"Evaluation report of run {store.run_id}")
     create_link_artifact(link=Path(rep.report_path).as_uri(), link_text="report.md", key=slug("report-file", store.run_id))
@@ -248,6 +277,7 @@ class EvaluationResult(BaseModel):
     report: RunReport
     collected: list[dict[str, Any]]
     training: TrainingRecord | None = None
+    attribution: AttributionRecord | None = None
     server_restarts: list[ServerRestart] = Field(default_factory=list, description="Servers the scope restarted.")
 
 
@@ -296,12 +326,14 @@ def evaluation_flow(config: RunConfig, run_id: str | None = None, base_dir: str 
             build_tiny_model(config, str(base))
         with ModelServers(config, store.root / "logs" / "servers", base, logger=get_run_logger()) as servers:
             collected, trained = _stages(config, run_dir, str(base), servers)
+            attributed = servers.run("attribute", attribute, config, run_dir) \
+                if config.attribution is not None and config.attribution.enabled else None
             rep = report(run_dir, config.evaluation.bootstrap_samples)
     finally:
         if owns_ray:
             ray.shutdown()
     return EvaluationResult(run_id=run_id, run_dir=run_dir, report=rep, collected=collected, training=trained,
-                            server_restarts=servers.restarts)
+                            attribution=attributed, server_restarts=servers.restarts)
 
 
 @flow(name="report", flow_run_name="report-{run_id}")

@@ -87,3 +87,18 @@ def test_smoothed_kl_properties() -> None:
     near = smoothed_kl({"a": 0.9, "b": 0.1}, 10, {"a": 0.8, "b": 0.2}, 10, 0.5)
     assert far > near > 0.0
     assert smoothed_kl({}, 0, {}, 0, 0.5) == 0.0
+
+
+def test_fit_alarm_flag_and_evidence(runs: dict[str, list[Trajectory]]) -> None:
+    from analysis.fit import fit_alarm
+
+    same, ev = fit_alarm(runs["base"], runs["base"], runs["base"])
+    assert same is False and ev.kl_base == pytest.approx(0.0, abs=1e-12) and ev.kl_expert == pytest.approx(0.0, abs=1e-12)
+    assert ev.same_harness and ev.per_family == {"stock_alert": pytest.approx(0.0, abs=1e-12)} and "<=" in ev.reason
+    kl = divergence(runs["faulty"], runs["base"]).total
+    flag, ev = fit_alarm(runs["faulty"], runs["base"], config=FitConfig(threshold_nats=kl / 2))
+    assert flag is True and ev.kl_base == pytest.approx(kl) and ev.kl_expert != ev.kl_expert  # NaN: no expert
+    assert (ev.n_trained, ev.n_base) == (len(runs["faulty"]), len(runs["base"])) and ">" in ev.reason
+    assert fit_alarm(runs["faulty"], runs["base"], config=FitConfig(threshold_nats=kl * 2))[0] is False
+    with pytest.raises(ValueError, match="needs trained and base"):
+        fit_alarm([], runs["base"])

@@ -8,7 +8,8 @@ heuristic attributor takes the *first failed check in this order* as the primary
 Hint `output` means "a required output is missing"; the attributor resolves it from the trajectory
 (written under a name the task never mentions -> instruction_following; never written -> planning).
 A `skip_cue` turns a hint into `planning` when the check's feedback says the work was not done at all
-(budget_approval's "REQ-1 (no reply)").
+(budget_approval's "REQ-1 (no reply)"); a `format_cue` turns it into `instruction_following` when the
+feedback says the output's required shape is missing (payroll_audit's "key missing or not a list").
 
 `tests/test_analysis_check_hints.py` fails when a family has a check this table does not cover.
 """
@@ -33,16 +34,24 @@ class CheckHint(BaseModel):
     why: str = ""
     skip_cue: str = Field(default="", description="Regex: when the check's feedback matches it, the work was "
                                                   "skipped rather than done wrong, and the hint is `planning`.")
+    format_cue: str = Field(default="", description="Regex: when the check's feedback matches it, the output lacks "
+                                                    "the shape the task prescribes (a key, a field), and the hint "
+                                                    "is `instruction_following`.")
 
     def resolve(self, feedback: str) -> Hint:
         """The hint for one failure of this check, given the check's own feedback line."""
         if self.skip_cue and re.search(self.skip_cue, feedback):
             return "planning"
+        if self.format_cue and re.search(self.format_cue, feedback):
+            return "instruction_following"
         return self.hint
 
 
-def _h(pattern: str, hint: Hint, why: str = "", skip_cue: str = "") -> CheckHint:
-    return CheckHint(pattern=pattern, hint=hint, why=why, skip_cue=skip_cue)
+def _h(pattern: str, hint: Hint, why: str = "", skip_cue: str = "", format_cue: str = "") -> CheckHint:
+    return CheckHint(pattern=pattern, hint=hint, why=why, skip_cue=skip_cue, format_cue=format_cue)
+
+
+_NO_KEY = r"key missing"  # payroll_audit's exceptions lists: the key the task names is absent
 
 
 COMMON: tuple[CheckHint, ...] = (
@@ -59,8 +68,9 @@ FAMILY_HINTS: dict[str, tuple[CheckHint, ...]] = {
         _h("days_worked", "implicit_knowledge", "a missing punch still counts as a day worked"),
         _h("total_hours", "implicit_knowledge"), _h("overtime_hours", "implicit_knowledge", "overtime threshold"),
         _h("late_arrivals", "implicit_knowledge", "grace period"), _h("gross_pay", "implicit_knowledge", "rates, rounding"),
-        _h("missing_punch_list", "implicit_knowledge"), _h("unknown_employee_list", "implicit_knowledge"),
-        _h("overtime_over_limit_list", "implicit_knowledge"),
+        _h("missing_punch_list", "implicit_knowledge", format_cue=_NO_KEY),
+        _h("unknown_employee_list", "implicit_knowledge", format_cue=_NO_KEY),
+        _h("overtime_over_limit_list", "implicit_knowledge", format_cue=_NO_KEY),
     ),
     "budget_approval": (
         _h("required_documents_read", "planning", "a required document was never opened"),

@@ -6,10 +6,10 @@ The rules run in this order; the first that matches decides (its confidence is f
 |---|---|---|---|
 | 1 | infrastructure stop (`model_error`, `timeout`, `error` (a hook stop included), `harness_stop`, `context_overflow`, `cost_cap`, `truncated`) or a crashed verifier | environment_or_harness | 0.9 |
 | 2 | a hook blocked a valid call (known tool, schema-valid, first of its kind) | environment_or_harness | 0.7 |
-| 3 | a tool call errored or was malformed and was never repaired, or the environment ran a call whose arguments break the tool's schema | tool_use | 0.8 |
+| 3 | a tool call errored or was malformed and was never repaired (a failing call repeated in a loop is left to rule 4), or the environment ran a call whose arguments break the tool's schema | tool_use | 0.8 |
 | 4 | plan structure: out of turns (`max_turns`), a loop of identical consecutive calls, a paginated listing with pages never fetched, an input file the task names and no call touched | planning | 0.75 |
-| 5 | lost context: an unchanged read repeated later (re-query), or the primary failed check is a value check (hint implicit_knowledge) and the conversation had passed `long_context_chars` at the turn that wrote the output | long_context | 0.65 |
-| 6 | the primary failed check (first failed in the family's causal order, `check_hints.py`) and its hint; `output` resolves to instruction_following when a write named something the task never mentions, else planning | the hint | 0.6 |
+| 5 | lost context: an unchanged read repeated later (re-query); an item the failed checks name that the model had retrieved (listed, then opened or used) and its output lost (`dropped_items`); or the primary failed check is a value check (hint implicit_knowledge) and the conversation had passed `long_context_chars` at the turn that wrote the output | long_context | 0.65 / 0.6 / 0.55 |
+| 6 | the primary failed check (first failed in the family's causal order, `check_hints.py`) and its hint; `output` resolves to instruction_following when a write named something the task never mentions, else planning; a check whose quoted literal format (`'Total: $...'`) the output lacks -> instruction_following | the hint | 0.6 |
 | 7 | repaired tool errors only | tool_use | 0.35 |
 | - | nothing matched | unattributed | 0.0 |
 
@@ -38,6 +38,9 @@ class HeuristicConfig(BaseModel):
     long_context_chars: int = Field(
         default=24_000, gt=0, description="Conversation characters past which a value failure at the output turn "
                                           "counts as lost context (above every oracle trajectory measured: 17.3k).")
+    lost_min_chars: int = Field(
+        default=3000, ge=0, description="Conversation characters at the last turn that carried a dropped item "
+                                        "below which the item counts as skipped (planning), not lost.")
 
 
 class Decision(BaseModel):
@@ -74,8 +77,8 @@ def blocked_valid_call(f: Features, cfg: HeuristicConfig) -> Decision | None:
 
 
 def tool_misuse(f: Features, cfg: HeuristicConfig) -> Decision | None:
-    turns = sorted(set(f.unrecovered_error_turns) | set(f.schema_turns))
-    if not turns:
+    turns = sorted((set(f.unrecovered_error_turns) - set(f.loop_turns)) | set(f.schema_turns))
+    if not turns:  # the same failing call repeated is a loop: rule 4's (planning)
         return None
     bad = [c for c in f.calls if c.turn in turns and (c.error or c.malformed or c.schema_problem)]
     what = "; ".join(f"{c.name}: {c.schema_problem or c.result[:80]}" for c in bad[:3])
@@ -107,6 +110,11 @@ def lost_context(f: Features, cfg: HeuristicConfig) -> Decision | None:
     if f.requery_turns:
         return Decision(category="long_context", turns=f.requery_turns, confidence=0.65,
                         rationale=f"re-read unchanged information it already had (turns {f.requery_turns})")
+    if f.dropped_items:
+        sizes = [f.context_chars[t] for t in f.dropped_turns if t < len(f.context_chars)]
+        return Decision(category="long_context", turns=f.dropped_turns, confidence=0.6,
+                        rationale=f"had {', '.join(f.dropped_items[:3])} (retrieved by turn {f.dropped_turns[-1]}, "
+                                  f"{max(sizes, default=0)} characters of context) and lost it from its output")
     primary = primary_failed_check(f.family, f.failed_checks)
     turn = _output_turns(f)
     if primary is None or not turn or primary[1].resolve(f.feedback.get(primary[0], "")) != "implicit_knowledge":
@@ -126,6 +134,9 @@ def check_hint(f: Features, cfg: HeuristicConfig) -> Decision | None:
     check, hint = primary
     category = hint.resolve(f.feedback.get(check, ""))
     why = f"first failed check in causal order: {check}" + (f" ({hint.why})" if hint.why else "")
+    if check in f.missing_literals and category != "planning":
+        return Decision(category="instruction_following", turns=_output_turns(f), confidence=0.6,
+                        rationale=f"{why}; the output lacks the literal format the check quotes")
     if category == "output":
         if f.unmentioned_outputs:
             return Decision(category="instruction_following", turns=_output_turns(f), confidence=0.6,
@@ -158,7 +169,7 @@ class HeuristicAttributor:
         t = trajectory.require_view(self.name)
         if t.passed:
             raise ValueError(f"trajectory {t.id} passed: only failing rollouts are attributed")
-        f = extract_features(t, self.config.loop_n)
+        f = extract_features(t, self.config.loop_n, self.config.lost_min_chars)
         for rule in RULES:
             d = rule(f, self.config)
             if d is not None:
