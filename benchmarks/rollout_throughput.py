@@ -11,6 +11,12 @@
    episodes in flight); reset the cache again, then send every model request those rollouts made (the same
    messages, tools, tool_choice, seed and max tokens, read back from the trajectories, turn by turn) straight
    to the server with httpx, `--concurrency` at a time.
+   `--workload realistic` instead mixes four families (stock_alert, payroll_audit, budget_approval,
+   anomaly_detection) under their baseline harnesses with `tool_choice: required`: the model picks any of
+   the family's tools with schema-valid arguments, the environment really runs them (errors included), so
+   environment time and varied tool results are part of the measurement.
+   `--transport auto|litellm`: the client path inside the pool (agents/vllm_http.py's lean httpx path for
+   hosted_vllm, the default, or LiteLLM); run both against one server (`--api-base`) to compare.
 4. Prints generated tokens/s of both and their ratio per repeat and the median (target >= 0.8), and the
    pool's own overhead per turn: job round trip at the driver minus model-call latency minus time in the
    environment, per turn (target median < 5 ms), split into in-actor time and driver<->actor transport.
@@ -39,6 +45,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import httpx  # noqa: E402
 
 SERVED = "tiny"
+REALISTIC_FAMILIES = ("stock_alert", "payroll_audit", "budget_approval", "anomaly_detection")
 # Sampled, not greedy: greedy decoding makes the random tiny model loop on one token until max_tokens.
 TEMPERATURE = 1.0
 
@@ -136,6 +143,13 @@ async def send_direct(api_base: str, bodies: list[dict[str, Any]], concurrency: 
         return tokens, time.perf_counter() - t0, errors, time.process_time() - c0
 
 
+def machine() -> dict[str, Any]:
+    import platform
+
+    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "load_avg": os.getloadavg()}
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -158,7 +172,12 @@ def main() -> None:
                          "direct client run on the others")
     ap.add_argument("--shared-cpus", action="store_true",
                     help="no pinning: server, pool and direct client share every CPU")
+    ap.add_argument("--workload", choices=("forced", "realistic"), default="forced",
+                    help="forced: one argument-free tool every turn; realistic: four families, any tool (required)")
+    ap.add_argument("--transport", choices=("auto", "litellm"), default="auto",
+                    help="the model client's path for hosted_vllm inside the pool (auto = lean httpx)")
     args = ap.parse_args()
+    os.environ["COEVO_MODEL_TRANSPORT"] = args.transport  # before Ray starts: the actors inherit it
     server_cpus, client_cpus = split_cpus(args.server_cpus, args.shared_cpus)
 
     import ray
@@ -182,15 +201,17 @@ def main() -> None:
     print(f"CPUs: server {sorted(server_cpus) if not args.api_base else 'as started'}, "
           f"pool + direct client {sorted(client_cpus)}" + (" (shared)" if server_cpus == client_cpus else ""))
     try:
-        insts = tasks.instances(args.family, "test")
-        h = harness.baseline(args.family)
+        families = REALISTIC_FAMILIES if args.workload == "realistic" else (args.family,)
+        per_family = [tasks.instances(f, "test") for f in families]
+        insts = [xs[i] for i in range(min(map(len, per_family))) for xs in per_family]  # interleaved
         role = ModelRole(model=f"hosted_vllm/{SERVED}", api_base=api_base, max_tokens=args.max_tokens, retries=0,
                          temperature=TEMPERATURE, strict_tools=True)
-        tool_choice = {"type": "function", "function": {"name": args.tool}}
+        tool_choice: Any = ("required" if args.workload == "realistic"
+                            else {"type": "function", "function": {"name": args.tool}})
         limits = Limits(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
 
         def jobs_for(repeat: int, tag: str) -> list[RolloutJob]:
-            return [RolloutJob(instance=insts[i % len(insts)], harness=h, model=role, seed=repeat * 10_000 + i,
+            return [RolloutJob(instance=insts[i % len(insts)], harness=harness.baseline(insts[i % len(insts)].family), model=role, seed=repeat * 10_000 + i,
                                limits=limits, tool_choice=tool_choice, tag=tag) for i in range(args.rollouts)]
 
         can_reset = reset_prefix_cache(api_base)
@@ -245,7 +266,7 @@ def main() -> None:
         all_overhead = [x for r in rows for x in r["overhead_ms"]]
         report = {
             "rollouts": args.rollouts, "repeats": args.repeats, "concurrency": args.concurrency, "actors": args.actors,
-            "family": args.family, "tool": args.tool, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
+            "family": args.family, "tool": args.tool, "workload": args.workload, "transport": args.transport, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
             "prefix_cache_reset": can_reset, "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "ratios": [round(x, 3) for x in ratios],
             "ratio_median": round(statistics.median(ratios), 3),
             "pool_tokens_per_s": [round(r["pool_tps"], 1) for r in rows],
@@ -266,6 +287,11 @@ def main() -> None:
         print(f"client CPU: pool {report['pool_cpu_ms_per_turn']} ms per turn (driver + actors), "
               f"direct {report['direct_cpu_ms_per_request']} ms per request")
         print(json.dumps(report))
+        out = REPO / "benchmarks" / "results" / f"rollout_throughput-{time.strftime('%Y-%m-%d')}-{args.workload}-{args.transport}{'-shared' if args.shared_cpus else ''}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**report, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
+                                   "raw": rows}, indent=1))
+        print(f"raw results: {out.relative_to(REPO)}")
     finally:
         if handle is not None and state is not None:
             stop_server(handle.spec.port, state_dir=state)
