@@ -146,7 +146,8 @@ def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str,
     corrections = [c for k in keys for c in read_corrections(_paths(store, k))]
     rows = store.read_chunks(STAGE, [k for k in keys if store.has(STAGE, k)])
     write_corrections(store.path("datasets", STAGE, "corrections.parquet"), corrections)
-    card = {**dataset_card(corrections, boundary), "config": config.model_dump(mode="json")}
+    no_keys = {r: {"api_key"} for r in ("student", "expert", "locator_expert")}  # never write a key to disk
+    card = {**dataset_card(corrections, boundary), "config": config.model_dump(mode="json", exclude=no_keys)}
     atomic_write_text(store.path("datasets", STAGE, "card.json"), json.dumps(card, indent=2, default=str))
     return CorrectionResult(corrections=corrections, corrected=rows, reused=len(failing) - len(todo),
                             calls=dict(cached.calls), model_s=dict(cached.model_s), other_s=dict(cached.other_s),
