@@ -37,8 +37,9 @@ class FitConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    threshold_nats: float = Field(default=0.5, gt=0, description="KL from the base student above which an "
-                                                                 "adapter is 'fit at risk'.")
+    threshold_nats: float = Field(default=0.05, gt=0, description="KL from the base student above which an "
+                                  "adapter is 'fit at risk' (calibrated at 60 rollouts per family: 3x the largest "
+                                  "KL between seed halves of one student; docs/attribution.md, Fit monitor).")
     alpha: float = Field(default=0.5, gt=0, description="Additive smoothing per feature, on the rollout scale.")
     position_buckets: int = Field(default=4, ge=1, description="Position buckets of the action-type feature.")
 

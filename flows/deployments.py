@@ -11,7 +11,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.config import parse_config, preflight
+from flows.config import EvalPair, parse_config, preflight
 from flows.config import load_config as _load
 from flows.evaluation import evaluation_flow
 
@@ -35,13 +35,27 @@ def apply_overrides(data: dict[str, Any], *, model: str | None = None, api_base:
         if not any(p.get("adapter") == adapter for p in pairs):
             pairs.insert(1, {"model": "student", "adapter": adapter})
     if harness:
+        before = [EvalPair.model_validate(p).name for p in data["evaluation"]["pairs"]]
         for p in data["evaluation"]["pairs"]:
             p["harness"] = harness
+        renamed = dict(zip(before, (EvalPair.model_validate(p).name for p in data["evaluation"]["pairs"]), strict=True))
+        if data.get("attribution"):
+            data["attribution"] = _rename_pairs(data["attribution"], renamed)
     if full:
         data["evaluation"]["n_instances"] = None
     elif n_instances is not None:
         data["evaluation"]["n_instances"] = n_instances
     return data
+
+
+def _rename_pairs(attribution: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
+    """The attribution section's pair references after the pairs were renamed (a swapped harness renames them)."""
+    out = dict(attribution)
+    for key in ("base_pair", "expert_pair"):
+        if out.get(key) in renamed:
+            out[key] = renamed[out[key]]
+    out["shifts"] = [[renamed.get(a, a), renamed.get(b, b)] for a, b in out.get("shifts") or []]
+    return out
 
 
 @flow(name="nightly-evaluation", log_prints=True)

@@ -147,6 +147,8 @@ def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
     assert cfg.models["student"].api_base == "http://10.0.0.5:8000/v1"
     assert [p.name for p in cfg.evaluation.pairs] == ["student+h_star", "student@r1+h_star", "expert+h_star"]
     assert cfg.adapters[0].server == "tiny" and cfg.evaluation.n_instances is None
+    assert cfg.attribution is not None and cfg.attribution.base_pair == "student+h_star"  # follows the rename
+    assert cfg.attribution.shifts == [("student+h_star", "expert+h_star")]
     assert raw["evaluation"]["pairs"][0]["harness"] == "baseline"  # the input is not mutated
     with pytest.raises(ConfigError, match="adapters.0.path"):
         preflight(cfg, REPO)
