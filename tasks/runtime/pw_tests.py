@@ -60,13 +60,35 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("_coevo_run", range(runs), ids=[f"r{i}" for i in range(runs)])
 
 
+_SHARED = {"key": None, "ctx": None, "page": None}
+
+
+def _run_page(browser, key, run):
+    """With several runs: one context for the session and one page per test, reloaded for each run with that
+    run's cookie (a new renderer per run would multiply the cost)."""
+    if _SHARED["ctx"] is None:
+        _SHARED["ctx"] = browser.new_context()
+    ctx, pg = _SHARED["ctx"], _SHARED["page"]
+    if _SHARED["key"] != key or pg is None or pg.is_closed():
+        if pg is not None and not pg.is_closed():
+            pg.close()
+        pg = _SHARED["page"] = ctx.new_page()
+        _SHARED["key"] = key
+    ctx.clear_cookies()
+    ctx.add_cookies([{"name": "coevo_run", "value": f"{key}-{run}", "url": os.environ["PAGE_URL"]}])
+    pg.set_default_timeout(4000)
+    pg.goto(os.environ["PAGE_URL"])
+    return pg
+
+
 @pytest.fixture
 def page(_coevo_browser, _coevo_run, request):
     """A fresh page already showing the page under test."""
-    ctx = _coevo_browser.new_context()
     if int(os.environ.get("COEVO_RUNS", "1")) > 1:
         key = hashlib.sha256(f"{request.node.module.__name__}::{request.node.originalname}".encode()).hexdigest()[:16]
-        ctx.add_cookies([{"name": "coevo_run", "value": f"{key}-{_coevo_run}", "url": os.environ["PAGE_URL"]}])
+        yield _run_page(_coevo_browser, key, _coevo_run)
+        return
+    ctx = _coevo_browser.new_context()
     pg = ctx.new_page()
     pg.set_default_timeout(4000)
     pg.goto(os.environ["PAGE_URL"])
