@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.context import ContextPolicy
 from harness.hooks import (
@@ -49,6 +50,19 @@ class PromptSection(BaseModel):
     kind: SectionKind = "task_guidance"
     title: str = ""
     text: str
+    use_pattern: str | None = Field(
+        default=None, description="Regex (searched) over the model's text and tool-call arguments (as JSON) "
+        "that shows the section was used, e.g. a domain formula; read by the trigger-rate scan.")
+
+    @field_validator("use_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"use_pattern is not a valid regex: {e}") from None
+        return v
 
 
 class ToolPolicy(BaseModel):

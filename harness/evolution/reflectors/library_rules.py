@@ -194,7 +194,8 @@ def knowledge(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None) -> 
         support = [r for r in ds.failures if any(item.explains(c) for c in r.failed_checks)]
         if support:
             checks = sorted({c for r in support for c in r.failed_checks if item.explains(c)})
-            section = PromptSection(id=sid, kind="domain_recipe", title=item.title, text=item.text)
+            section = PromptSection(id=sid, kind="domain_recipe", title=item.title, text=item.text,
+                                    use_pattern=item.use_pattern)
             out.append(Suggestion(rule="knowledge", target=f"section:{sid}", edit=InsertSection(section=section),
                                   weight=1.0 + len(support) / max(1, len(item.checks)),
                                   rationale=f"failed {', '.join(checks[:4])} in {_share(len(support), ds)}; "
