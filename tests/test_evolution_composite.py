@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from harness import baseline
+import tasks
+from harness import Harness, apply_edits, baseline, parse_edit, render
 from harness.composite import (AddCompositeTool, CompositeError, CompositeTool, RemoveCompositeTool,
                                apply_composite_edit, expand)
 from harness.edits import EditError
+from harness.program import identity_dump
 
 LIST_ALL = {"name": "list_all_products", "description": "List every page of the inventory.",
             "parameters": {"pages": {"type": "integer", "description": "How many pages the listing has."}},
@@ -67,5 +69,27 @@ def test_add_and_remove_edits_on_harness_data() -> None:
     assert apply_composite_edit(added, RemoveCompositeTool(name="list_all_products"))["composite_tools"] == []
     with pytest.raises(EditError, match="no composite tool"):
         apply_composite_edit(data, RemoveCompositeTool(name="list_all_products"))
+    without = {k: v for k, v in data.items() if k != "composite_tools"}
     with pytest.raises(EditError, match="no composite_tools"):
-        apply_composite_edit(baseline("stock_alert").model_dump(mode="json"), AddCompositeTool(tool=tool))
+        apply_composite_edit(without, AddCompositeTool(tool=tool))
+
+
+def test_composite_tools_on_the_harness_keep_old_ids_round_trip_and_render() -> None:
+    h0 = baseline("stock_alert")
+    assert h0.composite_tools == [] and "composite_tools" not in identity_dump(h0)  # old ids stay
+    h1 = apply_edits(h0, [parse_edit({"op": "add_composite_tool", "tool": LIST_ALL})])
+    assert h1.id != h0.id and h1.composite("list_all_products") is not None
+    assert Harness.model_validate_json(h1.to_json()) == h1 and Harness.from_components(h0, h1.components()) == h1
+    assert "composite:list_all_products" in h1.components()
+    r = render(h1, tasks.make_env(tasks.get("stock_alert").instances("train")[0]).tools())
+    assert r.composite_tools == ["list_all_products"] and "list_all_products" not in r.env_tools
+    spec = next(t for t in r.tools if t.name == "list_all_products")
+    assert spec.parameters["required"] == ["pages"] and spec.description == LIST_ALL["description"]
+    assert apply_edits(h1, [RemoveCompositeTool(name="list_all_products")]).id == h0.id
+    with pytest.raises(EditError, match="unknown tool"):
+        apply_edits(h0, [AddCompositeTool(tool=CompositeTool.model_validate({**LIST_ALL, "steps": [{"tool": "fly"}],
+                                                                             "parameters": {}}))])
+    with pytest.raises(ValueError, match="duplicate composite tool"):
+        Harness.model_validate({"composite_tools": [LIST_ALL, LIST_ALL]})
+    with pytest.raises(ValueError, match="shadow a helper"):
+        Harness.model_validate({"composite_tools": [{**LIST_ALL, "name": "notes"}]})
