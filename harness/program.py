@@ -246,7 +246,15 @@ _ID_FIELDS_V1: dict[type[BaseModel], frozenset[str]] = {
 def identity_dump(h: Harness) -> dict[str, Any]:
     """What `Harness.id` hashes: the JSON dump without `name`, and without fields newer than id version 1
     that hold their default."""
-    data = h.model_dump(mode="json", exclude={"name"})
+    data = stable_dump(h)
+    del data["name"]
+    return data
+
+
+def stable_dump(h: Harness) -> dict[str, Any]:
+    """The JSON dump without fields newer than id version 1 that hold their default: the same text for a
+    harness that does not use them as before they existed (stored GEPA candidates stay equal)."""
+    data = h.model_dump(mode="json")
     _prune_new_defaults(h, data)
     return data
 
