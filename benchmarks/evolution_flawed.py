@@ -25,6 +25,7 @@ from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
 from agents.trajectory_table import read_trajectories
+from analysis.triggers import trigger_rates, use_patterns_of
 from flows.evolution import EvolveSettings, TransferSettings, run_evolution
 from flows.store import RunStore
 from harness import Harness
@@ -51,6 +52,19 @@ def _faults(store: RunStore, family: str, h0: Harness, h_star: Harness) -> dict[
     return {k: dict(sorted(v.items())) for k, v in out.items()}
 
 
+def _trigger_rates(store: RunStore, family: str, h_star: Harness, evolved: list[str]) -> dict[str, float]:
+    """Share of h*'s test rollouts in which each evolved component that can fire did (analysis.triggers)."""
+    patterns = use_patterns_of(h_star)
+    can_fire = [c for c in evolved if not c.startswith(("section:", "tool:", "tools.", "tool_examples:"))
+                or c.removeprefix("section:") in patterns]
+    trajs = [t for t in read_trajectories(store.root / "trajectories" / "evolve-transfer" / family)
+             if t.harness_id == h_star.id]
+    if not can_fire or not trajs:
+        return {}
+    table = trigger_rates({"h*": trajs}, components={family: can_fire}, use_patterns={family: patterns})
+    return {r["component"]: round(r["rate"], 3) for r in table.iter_rows(named=True)}
+
+
 def run_family(family: str, a: argparse.Namespace, store: RunStore, pool: RolloutPool) -> dict:
     t0 = time.monotonic()
     summary = run_evolution(_settings(family, a), store, Path.cwd(), pool, resume=True)
@@ -63,6 +77,7 @@ def run_family(family: str, a: argparse.Namespace, store: RunStore, pool: Rollou
             "h_star_new_components": summary.evolved_components,
             "stated_keys": sorted(stated_keys(h_star)), "test_h0": t.h0_success, "test_h_star": t.h_star_success,
             "diff": t.diff.model_dump(mode="json"), "faults": _faults(store, family, h0, h_star),
+            "trigger_rates_h_star": _trigger_rates(store, family, h_star, summary.evolved_components),
             "rollouts_run": s.evaluations_run, "seconds": round(time.monotonic() - t0)}
 
 
