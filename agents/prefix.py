@@ -5,15 +5,15 @@ the recorded turns saw.
     p = p.then(rewritten_assistant_message)          # optional: a turn whose tool calls have not run yet
     traj2 = await run_episode(model, harness, env, seed, prefix=p, on_divergence="record")
 
-Restoring a prefix: the environment is rebuilt with `env.replay(...)` of the tool calls that actually ran
-(not blocked calls, not calls the runtime refused as malformed, not unknown tools); helper tools (notes,
-calculator) run again in the runtime; a composite tool's call replays the environment calls it expands
-into. Every replayed result is then compared with the recorded one after the family's
-`normalize_result(tool, content)` (volatile parts such as timestamps replaced): the full recorded result
-when the prefix carries its turn records (`prefix_of`), else the tool message as the model saw it (the replayed result is truncated by the harness's context policy first). The first mismatch
-raises `ReplayDivergence` naming the turn, the call and both results: a silent divergence would train on a
-state the model never saw. `run_episode(on_divergence=...)` decides whether that raises or ends the
-episode with stop reason `replay_divergence`.
+Restoring a prefix: the environment is rebuilt with `env.replay(...)` of the tool calls that actually ran (not
+blocked calls, not calls the runtime refused as malformed, not unknown tools); helper tools (notes,
+calculator) run again in the runtime; a composite tool's call replays the environment calls it expands into.
+Every replayed result is then compared with the recorded one after the family's `normalize_result(tool,
+content)` (volatile parts such as timestamps replaced): the full recorded result when the prefix carries its
+turn records (`prefix_of`), else the tool message as the model saw it (the replayed result is truncated by the
+harness's context policy first). The first mismatch raises `ReplayDivergence` naming the turn, the call and
+both results: a silent divergence would train on a state the model never saw. `run_episode(on_divergence=...)`
+decides whether that raises or ends the episode with stop reason `replay_divergence`.
 
 Turns of the prefix are recorded too (`turns[i]` = assistant message i): the prefix's own turn records
 when it has them (token ids, logprobs and context cut included, so the continued trajectory still holds
