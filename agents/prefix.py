@@ -5,15 +5,15 @@ the recorded turns saw.
     p = p.then(rewritten_assistant_message)          # optional: a turn whose tool calls have not run yet
     traj2 = await run_episode(model, harness, env, seed, prefix=p, on_divergence="record")
 
-Restoring a prefix: the environment is rebuilt with `env.replay(...)` of the tool calls that actually ran
-(not blocked calls, not calls the runtime refused as malformed, not unknown tools); helper tools (notes,
-calculator) run again in the runtime. Every replayed result is then compared with the recorded one after
-the family's `normalize_result(tool, content)` (volatile parts such as timestamps replaced): the full
-recorded result when the prefix carries its turn records (`prefix_of`), else the tool message as the
-model saw it (the replayed result is truncated by the harness's context policy first). The first mismatch
-raises `ReplayDivergence` naming the turn, the call and both results: a silent divergence would train on a
-state the model never saw. `run_episode(on_divergence=...)` decides whether that raises or ends the
-episode with stop reason `replay_divergence`.
+Restoring a prefix: the environment is rebuilt with `env.replay(...)` of the tool calls that actually ran (not
+blocked calls, not calls the runtime refused as malformed, not unknown tools); helper tools (notes,
+calculator) run again in the runtime; a composite tool's call replays the environment calls it expands into.
+Every replayed result is then compared with the recorded one after the family's `normalize_result(tool,
+content)` (volatile parts such as timestamps replaced): the full recorded result when the prefix carries its
+turn records (`prefix_of`), else the tool message as the model saw it (the replayed result is truncated by the
+harness's context policy first). The first mismatch raises `ReplayDivergence` naming the turn, the call and
+both results: a silent divergence would train on a state the model never saw. `run_episode(on_divergence=...)`
+decides whether that raises or ends the episode with stop reason `replay_divergence`.
 
 Turns of the prefix are recorded too (`turns[i]` = assistant message i): the prefix's own turn records
 when it has them (token ids, logprobs and context cut included, so the continued trajectory still holds
@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 import tasks
+from agents.composite_call import expand_call, joined
 from agents.episode import EpisodeState
 from agents.records import InjectedFault, Trajectory, TurnRecord, parse_tool_calls
 from agents.token_ids import turn_token_ids
 from agents.tool_args import OVER_CAP_PREFIX
+from harness.composite import CompositeTool
 from harness.context import ContextPolicy, truncate
 from harness.hooks import BLOCKED_PREFIX, NOT_RUN
 from harness.render import Rendered
@@ -136,20 +138,35 @@ def result_normalizer(family: str) -> Callable[[str, str], str]:
     return lambda tool, content: content
 
 
-async def _replay(state: EpisodeState, env: Environment, rendered: Rendered, answered: list[_Answered]) -> dict[int, ToolResult]:
-    """Run again every answered call that ran the first time; index in `answered` -> the new result."""
+async def _replay(state: EpisodeState, env: Environment, rendered: Rendered, answered: list[_Answered],
+                  composites: Mapping[str, CompositeTool]) -> dict[int, ToolResult]:
+    """Run again every answered call that ran the first time; index in `answered` -> the new result.
+
+    A composite call is expanded into its environment calls, which replay in place; their results are joined
+    again as the runtime joined them."""
     results: dict[int, ToolResult] = {}
-    env_calls: list[int] = []
+    env_calls: list[ToolCall] = []
+    spans: dict[int, tuple[int, int, bool]] = {}  # index in answered -> its slice of env_calls, composite or not
     for k, a in enumerate(answered):
         state.call_counts[(a.call.name, a.call.arguments_json())] += 1
         if a.shown.startswith((BLOCKED_PREFIX, NOT_RUN, OVER_CAP_PREFIX)) or isinstance(a.call.arguments, str):
             continue
         if a.call.name in rendered.helper_tools:
             results[k] = state.helpers.call(a.call.name, a.call.arguments)
+        elif a.call.name in rendered.composite_tools and a.call.name in composites:
+            sub = expand_call(composites[a.call.name], a.call)
+            if isinstance(sub, ToolResult):
+                results[k] = sub
+            else:
+                spans[k] = (len(env_calls), len(env_calls) + len(sub), True)
+                env_calls += sub
         elif a.call.name in rendered.env_tools:
-            env_calls.append(k)
-    steps = await env.replay([answered[k].call for k in env_calls])
-    results.update({k: step.result for k, step in zip(env_calls, steps, strict=True)})
+            spans[k] = (len(env_calls), len(env_calls) + 1, False)
+            env_calls.append(a.call)
+    steps = await env.replay(env_calls)
+    for k, (i, j, composite) in spans.items():
+        results[k] = joined([(st.call, st.result) for st in steps[i:j]]) if composite else steps[i].result
+        state.succeeded.update(st.call.name for st in steps[i:j] if not st.result.is_error)
     state.succeeded.update(answered[k].call.name for k, r in results.items() if not r.is_error)
     return results
 
@@ -184,7 +201,8 @@ def _records(segments: list[Segment], answered: list[_Answered], results: dict[i
 
 
 async def restore_prefix(state: EpisodeState, env: Environment, rendered: Rendered, policy: ContextPolicy,
-                         prefix: Prefix | list[dict[str, Any]]) -> list[ToolCall]:
+                         prefix: Prefix | list[dict[str, Any]],
+                         composites: Mapping[str, CompositeTool] | None = None) -> list[ToolCall]:
     """Fill `state` with the prefix (messages, turns, tool state, hook counters) after a verified replay.
 
     Returns the tool calls of a final assistant message that have no answer yet (to run first). Raises
@@ -199,7 +217,7 @@ async def restore_prefix(state: EpisodeState, env: Environment, rendered: Render
     if len(p.turns) > len(segments):
         raise ValueError(f"prefix has {len(p.turns)} turn records but {len(segments)} assistant messages")
     answered = _answered(segments, p.turns)
-    results = await _replay(state, env, rendered, answered)
+    results = await _replay(state, env, rendered, answered, composites or {})
     _verify_replay(answered, results, policy, result_normalizer(env.instance.family))
     state.turns = _records(segments, answered, results, p.turns)
     state.prefix_turns = len(state.turns)

@@ -18,6 +18,10 @@ Contract (what callers rely on):
   tool the model was not shown) are answered with an error tool message and counted per turn; they end
   nothing unless a hook says so. Calls past `Limits.max_tool_calls_per_turn` in one reply are not run: each
   is answered with one message naming the cap (`over_cap_message`), and the episode goes on.
+- Composite tools of the harness (harness/composite.py): a call is recorded as the model made it, with a
+  `tool:<name>` trigger (kind `composite_tool`); its environment calls run in order and their results are
+  joined into the one tool message (agents/composite_call.py); a call that does not expand is an error
+  message for the model. Hooks see the composite call (its name), not the calls it expands into.
 - Hooks: `harness.hooks.decide` says what fires and what to do; this module only performs the decisions.
   A hook's `stop` ends the episode with stop reason `harness_stop`.
 - `messages` is the full conversation as the model saw it turn by turn (tool results after the harness's
@@ -37,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from agents.client import ModelCallError, ModelClient, ModelResponse
+from agents.composite_call import call_composite
 from agents.episode import EpisodeState
 from agents.jobs import Limits
 from agents.prefix import Prefix, ReplayDivergence, restore_prefix
@@ -98,7 +103,8 @@ class _Runner:
             instruction = self.env.reset()
             self.s.messages = [{"role": "system", "content": self.r.system_prompt}, {"role": "user", "content": instruction}]
             return
-        pending = await restore_prefix(self.s, self.env, self.r, self.h.context, prefix)
+        pending = await restore_prefix(self.s, self.env, self.r, self.h.context, prefix,
+                                       {t.name: t for t in self.h.composite_tools})
         if not self.s.turns or self.s.messages[-1].get("role") != "assistant":
             return
         rec = self.s.turns[-1]
@@ -227,7 +233,7 @@ class _Runner:
         return result, None
 
     async def _execute(self, rec: TurnRecord, call: ToolCall) -> ToolResult:
-        known = self.r.env_tools + self.r.helper_tools
+        known = self.r.env_tools + self.r.helper_tools + self.r.composite_tools
         if call.name not in known:
             rec.malformed_tool_calls += 1
             return ToolResult(content=f"Error: unknown tool '{call.name}'; available tools: {', '.join(known)}", is_error=True)
@@ -237,6 +243,10 @@ class _Runner:
         if call.name in self.r.helper_tools:
             rec.triggers.append(TriggerRecord(component_id=f"tool:{call.name}", turn=rec.index, kind="helper_tool"))
             result = self.s.helpers.call(call.name, call.arguments)
+        elif call.name in self.r.composite_tools:
+            rec.triggers.append(TriggerRecord(component_id=f"tool:{call.name}", turn=rec.index, kind="composite_tool"))
+            result, ok = await call_composite(self.env, self.h.composite(call.name), call)  # type: ignore[arg-type]
+            self.s.succeeded.update(ok)
         else:
             result = await self.env.call(call.name, call.arguments)
         if not result.is_error:

@@ -3,8 +3,8 @@
 A component fired in a rollout when
 - a turn's `TurnRecord.triggers` carries its id (`hook:<id>`, `tool:<name>` for helper and composite tools,
   `context` for the context policy), or
-- it is a prompt section `section:<id>` with a use pattern (a regex; harness sections will carry an optional
-  `use_pattern`) that matches an assistant message's text or a tool call's arguments (as JSON).
+- it is a prompt section `section:<id>` with a use pattern (`PromptSection.use_pattern`, an optional regex)
+  that matches an assistant message's text or a tool call's arguments (as JSON).
 
 rate(pair, component) = rollouts of the pair in which the component fired / rollouts of the pair whose
 family has the component. Which families have a component: the `components` mapping (family -> component

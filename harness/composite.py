@@ -3,9 +3,9 @@
 Small models degrade with many tools and with multi-step subroutines; a composite tool turns a subroutine
 ("list every page of products") into one call. This module is the pure part: the record, its OpenAI schema,
 the expansion of one call into the environment calls it stands for, and the edits that add or remove one.
-Executing the expanded calls, recording them in the trajectory and hashing `composite_tools` into the harness
-id belong to `harness/program.py` and `agents/rollout.py` (the field lands there; until then the edits
-refuse a harness without it).
+The `composite_tools` field (hashed into the harness id only when non-empty) is on `Harness`
+(harness/program.py); `harness/render.py` shows them as tools; `agents/composite_call.py` runs a call for the
+rollout runtime (environment calls in order, results joined into one tool message).
 
 Templates: in a step's arguments, a string that is exactly `{name}` takes parameter `name`'s value with its
 type; `{name}` inside a longer string is replaced by its text. A step with `repeat` (a count, or the name of
@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.edits import EditError
+from harness.errors import EditError
 
 MAX_CALLS = 50
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -14,19 +14,12 @@ from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from harness.composite import AddCompositeTool, RemoveCompositeTool, apply_composite_edit
 from harness.context import ContextPolicy
+from harness.errors import EditError
 from harness.helpers import SPECS as HELPER_SPECS
 from harness.hooks import Hook
 from harness.program import Harness, PromptSection, SectionKind
-
-
-class EditError(ValueError):
-    """An edit that cannot apply; `reason` is written for the proposer (a human or a reflection model)."""
-
-    def __init__(self, reason: str, index: int | None = None) -> None:
-        super().__init__(reason if index is None else f"edit {index}: {reason}")
-        self.reason = reason
-        self.index = index
 
 
 class _Edit(BaseModel):
@@ -215,7 +208,7 @@ class SetToolExamples(_Edit):
 
 
 _BASE_EDIT_KINDS = HarnessEdit
-_ADDED_EDIT_KINDS: tuple[type[_Edit], ...] = (SetToolExamples,)
+_ADDED_EDIT_KINDS: tuple[type[BaseModel], ...] = (SetToolExamples, AddCompositeTool, RemoveCompositeTool)
 HarnessEdit = Annotated[  # type: ignore[misc]
     Union[(*get_args(get_args(_BASE_EDIT_KINDS)[0]), *_ADDED_EDIT_KINDS)],  # noqa: UP007 - built from a tuple
     Field(discriminator="op"),
@@ -226,6 +219,12 @@ _apply_base_edit = apply_edit
 
 def apply_edit(h: Harness, edit: HarnessEdit) -> Harness:  # type: ignore[no-redef]
     """Apply one edit (every kind, the added ones included); raises EditError with the reason."""
+    if isinstance(edit, AddCompositeTool | RemoveCompositeTool):
+        data = apply_composite_edit(h.model_dump(mode="json"), edit, h.tools.known_tools() or None)
+        try:
+            return Harness.model_validate(data)
+        except ValidationError as e:
+            raise EditError(f"the edited harness is invalid: {_short(e)}") from None
     if not isinstance(edit, SetToolExamples):
         return _apply_base_edit(h, edit)
     _need_tool(h, edit.tool)

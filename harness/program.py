@@ -16,18 +16,21 @@ for a text-only optimizer is `components()` / `from_components()`:
 | `tools.helpers`      | JSON list of harness helper tools             |
 | `hook:<id>`          | the hook as JSON (without its id)             |
 | `context`            | the context policy as JSON                    |
+| `composite:<name>`   | a composite tool as JSON (without its name)   |
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.composite import CompositeTool
 from harness.context import ContextPolicy
 from harness.hooks import (
     AfterToolError, AtTurn, BeforeToolCall, Block, ContextSize, Hook, Inject, OnFinish, RepeatedCall, Require, Stop,
@@ -49,6 +52,19 @@ class PromptSection(BaseModel):
     kind: SectionKind = "task_guidance"
     title: str = ""
     text: str
+    use_pattern: str | None = Field(
+        default=None, description="Regex (searched) over the model's text and tool-call arguments (as JSON) "
+        "that shows the section was used, e.g. a domain formula; read by the trigger-rate scan.")
+
+    @field_validator("use_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"use_pattern is not a valid regex: {e}") from None
+        return v
 
 
 class ToolPolicy(BaseModel):
@@ -87,16 +103,26 @@ class Harness(BaseModel):
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
     hooks: list[Hook] = Field(default_factory=list)
     context: ContextPolicy = Field(default_factory=ContextPolicy)
+    composite_tools: list[CompositeTool] = Field(
+        default_factory=list, description="Named sequences of environment calls the model calls as one tool "
+        "(harness/composite.py); executed by the runtime.")
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "Harness":
         if self.schema_version != SCHEMA_VERSION:
             raise ValueError(f"harness schema_version {self.schema_version} is not supported (expected {SCHEMA_VERSION})")
-        for what, ids in (("section", [s.id for s in self.sections]), ("hook", [h.id for h in self.hooks])):
+        for what, ids in (("section", [s.id for s in self.sections]), ("hook", [h.id for h in self.hooks]),
+                          ("composite tool", [t.name for t in self.composite_tools])):
             dup = sorted({i for i in ids if ids.count(i) > 1})
             if dup:
                 raise ValueError(f"duplicate {what} id(s): {', '.join(dup)}")
+        clash = sorted({t.name for t in self.composite_tools} & set(HELPER_NAMES))
+        if clash:
+            raise ValueError(f"composite tool name(s) {clash} shadow a helper tool")
         return self
+
+    def composite(self, name: str) -> CompositeTool | None:
+        return next((t for t in self.composite_tools if t.name == name), None)
 
     # --- identity -------------------------------------------------------------------------------
     @property
@@ -149,6 +175,8 @@ class Harness(BaseModel):
         for h in self.hooks:
             out[f"hook:{h.id}"] = json.dumps(h.model_dump(mode="json", exclude={"id"}), sort_keys=True)
         out["context"] = json.dumps(self.context.model_dump(mode="json"), sort_keys=True)
+        for t in self.composite_tools:
+            out[f"composite:{t.name}"] = json.dumps(t.model_dump(mode="json", exclude={"name"}), sort_keys=True)
         return out
 
     @classmethod
@@ -161,6 +189,7 @@ class Harness(BaseModel):
         data = base.model_dump(mode="json")
         sections = {s["id"]: s for s in data["sections"]}
         hooks = {h["id"]: h for h in data["hooks"]}
+        composites = {t["name"]: t for t in data["composite_tools"]}
         for key, value in components.items():
             kind, _, name = key.partition(":")
             try:
@@ -181,12 +210,15 @@ class Harness(BaseModel):
                     hooks[name] = {"id": name, **json.loads(value)}
                 elif key == "context":
                     data["context"] = json.loads(value)
+                elif kind == "composite" and name:
+                    composites[name] = {"name": name, **json.loads(value)}
                 else:
                     raise ValueError(f"unknown component key '{key}'")
             except json.JSONDecodeError as e:
                 raise ValueError(f"component '{key}' is not valid JSON: {e}") from None
         data["sections"] = list(sections.values())
         data["hooks"] = list(hooks.values())
+        data["composite_tools"] = list(composites.values())
         try:
             return cls.model_validate(data)
         except ValidationError as e:
@@ -214,7 +246,15 @@ _ID_FIELDS_V1: dict[type[BaseModel], frozenset[str]] = {
 def identity_dump(h: Harness) -> dict[str, Any]:
     """What `Harness.id` hashes: the JSON dump without `name`, and without fields newer than id version 1
     that hold their default."""
-    data = h.model_dump(mode="json", exclude={"name"})
+    data = stable_dump(h)
+    del data["name"]
+    return data
+
+
+def stable_dump(h: Harness) -> dict[str, Any]:
+    """The JSON dump without fields newer than id version 1 that hold their default: the same text for a
+    harness that does not use them as before they existed (stored GEPA candidates stay equal)."""
+    data = h.model_dump(mode="json")
     _prune_new_defaults(h, data)
     return data
 

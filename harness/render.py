@@ -21,6 +21,7 @@ class Rendered(BaseModel):
     tools: list[ToolSpec]
     env_tools: list[str]  # exposed names the environment executes
     helper_tools: list[str]  # exposed names the runtime executes
+    composite_tools: list[str] = []  # exposed composite tools (the runtime expands them into environment calls)
 
     def openai_tools(self) -> list[dict]:
         return [t.openai() for t in self.tools]
@@ -54,4 +55,19 @@ def render(h: Harness, env_tools: list[ToolSpec]) -> Rendered:
             spec = spec.model_copy(update={"description": h.tools.descriptions[name]})
         exposed.append(spec)
         helpers.append(name)
-    return Rendered(system_prompt=system_prompt(h), tools=exposed, env_tools=env_names, helper_tools=helpers)
+    composites = _composites(h, {t.name for t in env_tools} | set(helpers))
+    exposed += composites
+    return Rendered(system_prompt=system_prompt(h), tools=exposed, env_tools=env_names, helper_tools=helpers,
+                    composite_tools=[t.name for t in composites])
+
+
+def _composites(h: Harness, taken: set[str]) -> list[ToolSpec]:
+    """The harness's composite tools as tool specs; one named like an environment or helper tool is not shown
+    (the other tool wins)."""
+    out = []
+    for t in h.composite_tools:
+        if t.name in taken:
+            log.warning("composite tool '%s' shadowed by a tool of the same name; not exposed", t.name)
+            continue
+        out.append(ToolSpec(name=t.name, description=t.description, parameters=t.openai_parameters()))
+    return out

@@ -349,3 +349,42 @@ async def test_model_error_on_a_closed_port():
     assert traj.verdict.failed_checks == ["total", "answered"]
     assert set(STOP_REASONS) >= {"submitted", "max_turns", "timeout", "cost_cap", "context_overflow", "harness_stop",
                                  "truncated", "replay_divergence", "model_error", "error"}
+
+
+LIST_ALL_PRODUCTS = {"name": "list_all_products", "description": "List every page of the inventory.",
+                     "parameters": {"pages": {"type": "integer", "description": "How many pages the listing has."}},
+                     "steps": [{"tool": "list_products", "arguments": {"page": "{i}"}, "repeat": "pages"}]}
+
+
+async def test_a_composite_tool_runs_its_environment_calls_and_replays_in_a_prefix():
+    """A harness composite tool on the real stock_alert environment: one model call runs every page in order,
+    the results come back as one tool message, the trajectory records the call and its trigger, a call that
+    does not expand is an error message for the model, and a prefix with the call replays it exactly."""
+    inst = _oracle_sample("stock_alert")
+    h = Harness.model_validate({**baseline("stock_alert").model_dump(), "composite_tools": [LIST_ALL_PRODUCTS]})
+    env = tasks.make_env(inst)
+    env.reset()
+    pages = env.n_pages()  # run_episode resets again: the same instance, the same pages
+    assert pages > 1
+    steps = [Step(calls=[("list_all_products", {"pages": "all"})]), Step(calls=[("list_all_products", {"pages": pages})]),
+             Step(calls=[("list_suppliers", {})]), Step(text="done")]
+    role, script = scripted(steps)
+    try:
+        traj = await run_episode(role, h, env, seed=0)
+        assert env.pages_seen == set(range(1, pages + 1))
+    finally:
+        env.close()
+    assert traj.stop_reason == "submitted" and "list_all_products" in {t["function"]["name"] for t in traj.tools}
+    bad, good = traj.turns[0], traj.turns[1]
+    assert bad.tool_results[0].is_error and "argument 'pages' must be a integer" in bad.tool_results[0].content
+    assert [c.name for c in good.tool_calls] == ["list_all_products"] and not good.tool_results[0].is_error
+    shown = script.seen[2][-1]["content"]
+    assert shown.startswith('[1/%d] list_products {"page": 1}' % pages) and f'[{pages}/{pages}] list_products' in shown
+    assert [(t.component_id, t.kind) for t in good.triggers] == [("tool:list_all_products", "composite_tool")]
+    env2 = tasks.make_env(inst)
+    role2, _ = scripted([Step(text="done")])
+    try:
+        cont = await run_episode(role2, h, env2, seed=0, prefix=prefix_of(traj, 3), on_divergence="raise")
+        assert env2.pages_seen == set(range(1, pages + 1)) and cont.turns[:3] == traj.turns[:3]
+    finally:
+        env2.close()

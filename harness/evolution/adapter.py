@@ -18,7 +18,7 @@ from gepa.core.adapter import EvaluationBatch
 
 from harness.evolution.protocols import Evaluator, evaluate_many
 from harness.evolution.records import EvalItem, ReflectiveDataset, RolloutResult
-from harness.program import Harness
+from harness.program import Harness, stable_dump
 
 CANDIDATE_KEY = "harness"
 ALL_ROLLOUTS = "harness"  # the reflective dataset's key holding every rollout of the minibatch
@@ -26,7 +26,7 @@ ALL_ROLLOUTS = "harness"  # the reflective dataset's key holding every rollout o
 
 def encode(h: Harness) -> dict[str, str]:
     """A harness as a GEPA candidate (canonical JSON: equal harnesses are equal candidates)."""
-    return {CANDIDATE_KEY: json.dumps(h.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))}
+    return {CANDIDATE_KEY: json.dumps(stable_dump(h), sort_keys=True, separators=(",", ":"))}
 
 
 def decode(candidate: Mapping[str, str]) -> Harness:

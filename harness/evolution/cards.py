@@ -32,12 +32,24 @@ class KnowledgeItem(BaseModel):
     text: str = Field(min_length=1, description="The prompt section that states the convention.")
     source: str = Field(description="Where the family's data states it (file, document, generator).")
     checks: list[str] = Field(min_length=1, description="Regexes (full match) over failed verifier checks.")
+    use_pattern: str | None = Field(default=None, description="Regex that shows the model used the item (the "
+                                    "section's `use_pattern`, for the trigger-rate scan).")
 
     @field_validator("checks")
     @classmethod
     def _regexes(cls, v: list[str]) -> list[str]:
         for pattern in v:
             re.compile(pattern)
+        return v
+
+    @field_validator("use_pattern")
+    @classmethod
+    def _use_regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"use_pattern is not a valid regex: {e}") from None
         return v
 
     def explains(self, failed_check: str) -> bool:

@@ -14,6 +14,8 @@ edits from one kind of component:
 | `tool_examples`   | a tool's calls failed while another call of it succeeded          | set_tool_examples             |
 | `hide_unused`     | exposed tools no rollout called (never the card's needed tools)   | hide_tool                     |
 | `knowledge`       | failed checks that a card item explains, item not yet stated       | insert_section (domain_recipe)|
+| `paging_tool`     | a paged tool (`page` argument, result says `"pages": N`) read on   | add_composite_tool (every     |
+|                   | fewer than N pages                                               | page in one call)             |
 
 Weights grow with the number of failing rollouts that show the evidence; harness-caused failures (a hook or
 a hidden tool in the way) weigh most. Pure functions: no randomness here (the reflector draws).
@@ -28,6 +30,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.composite import AddCompositeTool, CompositeStep, CompositeTool, Param
 from harness.edits import (AddHook, ExposeTool, HarnessEdit, HideTool, InsertSection, RemoveHook, SetContextPolicy,
                            SetToolExamples)
 from harness.evolution.cards import KnowledgeCard, section_id
@@ -194,7 +197,8 @@ def knowledge(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None) -> 
         support = [r for r in ds.failures if any(item.explains(c) for c in r.failed_checks)]
         if support:
             checks = sorted({c for r in support for c in r.failed_checks if item.explains(c)})
-            section = PromptSection(id=sid, kind="domain_recipe", title=item.title, text=item.text)
+            section = PromptSection(id=sid, kind="domain_recipe", title=item.title, text=item.text,
+                                    use_pattern=item.use_pattern)
             out.append(Suggestion(rule="knowledge", target=f"section:{sid}", edit=InsertSection(section=section),
                                   weight=1.0 + len(support) / max(1, len(item.checks)),
                                   rationale=f"failed {', '.join(checks[:4])} in {_share(len(support), ds)}; "
@@ -202,8 +206,47 @@ def knowledge(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None) -> 
     return out
 
 
+_PAGES = re.compile(r'"pages"\s*:\s*(\d+)')
+
+
+def _page_of(arguments: str) -> int | None:
+    """The page of a call whose only argument is an integer `page`, else None."""
+    args = _example(arguments)
+    page = args.get("page") if args is not None and set(args) == {"page"} else None
+    return page if isinstance(page, int) and not isinstance(page, bool) else None
+
+
+def _skipped_pages(r: RolloutResult) -> dict[str, int]:
+    """Paged tool -> pages it has, for the tools this rollout read on fewer pages than the listing reports."""
+    out: dict[str, int] = {}
+    for name in {c.name for c in r.calls}:
+        calls = [c for c in r.calls if c.name == name and not c.is_error and _page_of(c.arguments) is not None]
+        totals = [int(m.group(1)) for c in calls if (m := _PAGES.search(c.result_head))]
+        if calls and totals and len({_page_of(c.arguments) for c in calls}) < max(totals):
+            out[name] = max(totals)
+    return out
+
+
+def paging_tool(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None) -> list[Suggestion]:
+    skipped = Counter(name for r in ds.failures for name in _skipped_pages(r))
+    out = []
+    for name, n in sorted(skipped.items()):
+        composite = f"{name}_all_pages"
+        if h.composite(composite) is not None or composite in h.tools.known_tools():
+            continue
+        tool = CompositeTool(
+            name=composite, description=f"Call {name} on page 1, 2, ..., pages and return every page in one answer. "
+                                        f"Pass the page count that {name}'s first page reports.",
+            parameters={"pages": Param(type="integer", description=f"How many pages {name} has.")},
+            steps=[CompositeStep(tool=name, arguments={"page": "{i}"}, repeat="pages")])
+        out.append(Suggestion(rule="paging_tool", target=f"composite:{composite}", edit=AddCompositeTool(tool=tool),
+                              weight=1.0 + n, rationale=f"{_share(n, ds)} read {name} on fewer pages than it "
+                                                        "reports: one call that reads every page"))
+    return out
+
+
 RULES: tuple[Rule, ...] = (harmful_hooks, hidden_tools, loop_guard, tool_error_guard, require_outputs,
-                           context_policy, tool_examples, hide_unused, knowledge)
+                           context_policy, tool_examples, hide_unused, knowledge, paging_tool)
 
 
 def suggestions(h: Harness, ds: ReflectiveDataset, card: KnowledgeCard | None) -> list[Suggestion]:
