@@ -101,6 +101,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from agents.client import ModelClient
+    from agents.vllm_http import request_body
     from agents.records import ModelRole
     from deploy.vllm_server import stop_server
 
@@ -114,10 +115,7 @@ def main() -> None:
         tool_choice = {"type": "function", "function": {"name": args.tool}}
         reqs = requests(args.family, args.calls, args.max_tokens)
         lean, full = ModelClient(role, "auto"), ModelClient(role, "litellm")
-        bodies = [{"model": SERVED, **{k: v for k, v in lean.request_kwargs(r["messages"], r["tools"], tool_choice,
-                   r["seed"], r["max_tokens"]).items() if k in ("messages", "temperature", "top_p", "max_tokens",
-                                                              "tools", "tool_choice", "seed")},
-                   **lean.request_kwargs(r["messages"], r["tools"], tool_choice, r["seed"], r["max_tokens"]).get("extra_body", {})}
+        bodies = [request_body(lean.request_kwargs(r["messages"], r["tools"], tool_choice, r["seed"], r["max_tokens"]))
                   for r in reqs]
         runs = {
             "bare": lambda: bare(api_base, bodies, args.concurrency),

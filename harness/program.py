@@ -43,6 +43,16 @@ HELPER_NAMES: tuple[str, ...] = HelperName.__args__  # type: ignore[attr-defined
 _ID = r"^[A-Za-z0-9_.\-]+$"
 
 
+def checked_use_pattern(v: str | None) -> str | None:
+    """A `use_pattern` that compiles (or None); a clear error naming the field otherwise."""
+    if v is not None:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"use_pattern is not a valid regex: {e}") from None
+    return v
+
+
 class PromptSection(BaseModel):
     """One block of the system prompt, rendered in list order (`## title` then text when titled)."""
 
@@ -59,12 +69,7 @@ class PromptSection(BaseModel):
     @field_validator("use_pattern")
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"use_pattern is not a valid regex: {e}") from None
-        return v
+        return checked_use_pattern(v)
 
 
 class ToolPolicy(BaseModel):

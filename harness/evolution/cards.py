@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.program import Harness
+from harness.program import Harness, checked_use_pattern
 
 CARD_DIR = Path(__file__).resolve().parent / "cards"
 SECTION_PREFIX = "knowledge."
@@ -45,12 +45,7 @@ class KnowledgeItem(BaseModel):
     @field_validator("use_pattern")
     @classmethod
     def _use_regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"use_pattern is not a valid regex: {e}") from None
-        return v
+        return checked_use_pattern(v)
 
     def explains(self, failed_check: str) -> bool:
         return any(re.fullmatch(p, failed_check) for p in self.checks)
