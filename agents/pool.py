@@ -223,8 +223,9 @@ class RolloutPool:
                 continue
             slot_i = min(range(len(self._slots)), key=lambda i: self._slots[i].in_flight)
             slot = self._slots[slot_i]
+            t0 = time.perf_counter()  # before .remote(): the actor may start (and its clock run) before it returns
             ref = slot.handle.run.remote(item.job.model_dump_json(), server)
-            flights[ref] = _Flight(item.job, item.attempt + 1, slot_i, slot.generation, server, time.perf_counter(),
+            flights[ref] = _Flight(item.job, item.attempt + 1, slot_i, slot.generation, server, t0,
                                    item.errors)
             slot.in_flight += 1
             self._server_load[server] += 1
