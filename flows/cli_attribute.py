@@ -3,6 +3,7 @@
     coevo attribute --trajectories runs/x --attributor heuristic --out runs/x/attribution
     coevo attribute --trajectories runs/x --attributor judge:hosted_vllm/judge --api-base http://127.0.0.1:8000/v1 \\
         --out runs/x/attribution-judge
+    coevo attribute --trajectories runs/x --attributor judge:openai/gpt-4.1 --api-key-env OPENAI_API_KEY --out DIR
 
 Reads every trajectory table under --trajectories; writes DIR/attributions.parquet, DIR/composition.md (+ .png)
 and, when the trajectories carry simulation ground truth (the flawed student), DIR/accuracy.md with the
@@ -12,6 +13,7 @@ confusion matrix. Attributors only ever see `Trajectory.view()`.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,14 +28,21 @@ console = Console()
 
 
 
-def _attributor(spec: str, api_base: str | None, max_tokens: int):  # -> Attributor (lazy imports: fast CLI start)
-    from analysis.attribution import make_attributor, parse_spec
+def _attributor(spec: str, api_base: str | None, api_key_env: str | None, max_tokens: int):  # -> Attributor
+    from analysis.attribution import make_attributor, parse_spec  # lazy imports: fast CLI start
 
     try:
         name, _ = parse_spec(spec)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--attributor") from None
-    return make_attributor(spec, api_base=api_base, max_tokens=max_tokens) if name == "judge" else make_attributor(spec)
+    if name != "judge":
+        if api_key_env:
+            raise typer.BadParameter("only a judge calls a model; drop it or use --attributor judge:MODEL",
+                                     param_hint="--api-key-env")
+        return make_attributor(spec)
+    if api_key_env and not os.environ.get(api_key_env):
+        raise typer.BadParameter(f"environment variable {api_key_env} is not set", param_hint="--api-key-env")
+    return make_attributor(spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens)
 
 
 def _summary(frame) -> Table:  # frame: the attribution table with a `pair` column
@@ -51,6 +60,8 @@ def attribute(
     out: Annotated[Path, typer.Option(help="Output directory (attributions.parquet, composition.md, accuracy.md).")],
     attributor: Annotated[str, typer.Option(help="'heuristic' (offline rules) or 'judge:MODEL' (any LiteLLM model).")] = "heuristic",
     api_base: Annotated[Optional[str], typer.Option(help="Server URL ending in /v1 for a hosted_vllm judge.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(
+        help="Environment variable holding the judge's API key (the key itself never goes on the command line).")] = None,
     max_tokens: Annotated[int, typer.Option(min=16, help="Judge answer token limit.")] = 512,
     concurrency: Annotated[int, typer.Option(min=1, help="Trajectories attributed at once (judge calls in flight).")] = 4,
     n_boot: Annotated[int, typer.Option(min=100, help="Bootstrap draws for the composition CIs.")] = 2000,
@@ -61,7 +72,7 @@ def attribute(
     from analysis.attribution.measure import accuracy_markdown
 
     existing_path(trajectories, "--trajectories")
-    chosen = _attributor(attributor, api_base, max_tokens)
+    chosen = _attributor(attributor, api_base, api_key_env, max_tokens)
     trajs = read_trajectory_option(trajectories, "--trajectories")
     batch = asyncio.run(attribute_batch(trajs, chosen, concurrency=concurrency))
     paths = write_batch(batch, out, random.Random(seed), n_boot=n_boot)

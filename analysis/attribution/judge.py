@@ -103,11 +103,13 @@ class JudgeAttributor:
     """A model as attributor (module docstring). `completion` defaults to `completion_for(ModelRole(model))`."""
 
     def __init__(self, model: str, completion: Completion | None = None, *, api_base: str | None = None,
-                 transcript: TranscriptConfig | None = None, max_tokens: int = 512) -> None:
+                 api_key_env: str | None = None, transcript: TranscriptConfig | None = None,
+                 max_tokens: int = 512) -> None:
         self.name = f"judge:{model}"
         self.transcript = transcript
         self.completion = completion or completion_for(
-            ModelRole(model=model, api_base=api_base, temperature=0.0, max_tokens=max_tokens, return_token_ids=False))
+            ModelRole(model=model, api_base=api_base, api_key_env=api_key_env, temperature=0.0, max_tokens=max_tokens,
+                      return_token_ids=False))
 
     def _unattributed(self, t: Trajectory, why: str) -> Attribution:
         return Attribution(trajectory_id=t.id, category=UNATTRIBUTED, rationale=why, attributor=self.name, confidence=0.0)
