@@ -54,6 +54,40 @@ def dashboard(
     raise typer.Exit(code)
 
 
+def nightly(
+    runs_dir: Annotated[str, typer.Option(help="The runs directory whose promotion registry (registry.sqlite) is read.")] = "runs",
+    config: Annotated[Path, typer.Option(help="Run config supplying scale, limits and serving for the evaluation.")]
+    = Path("deploy/configs/local.yaml"),
+    night: Annotated[Optional[str], typer.Option(help="The night's label (default: today, UTC, YYYY-MM-DD).")] = None,
+) -> None:
+    """Evaluate the promoted (student, harness) pairs on the test split; exit 3 on a regression.
+
+    Reads the promotion registry under --runs-dir, evaluates each family's current pair, records the scores
+    and compares each with the same pair's previous night (rule: flows/nightly.py, docs/operations.md).
+    """
+    from flows.config import ConfigError, load_config
+    from flows.cli_options import fail
+
+    try:
+        load_config(config)
+    except ConfigError as e:
+        fail(f"--config: {e}")
+    console.print(configure_prefect_env())
+    from flows.nightly import nightly_evaluation
+
+    report = nightly_evaluation(runs_dir=runs_dir, config_path=str(config), night=night, fail_on_regression=False)
+    for p in report.pairs:
+        prev = "first night" if p.previous_mean is None else f"previous {p.previous_mean:.3f} ({p.previous_night})"
+        flag = "[red]REGRESSION[/]" if p.regression else "ok"
+        sim = " (SIMULATED)" if p.student.startswith("flawed/") else ""
+        console.print(f"{p.family}: {p.student}{sim} x {p.harness_id}: {p.mean:.3f} over {p.n}; {prev}; {flag}")
+    if not report.pairs:
+        console.print(f"no promoted pair in {Path(runs_dir) / 'registry.sqlite'}: nothing evaluated")
+    console.print(f"report: {report.report_path}")
+    if report.regressions:
+        raise typer.Exit(3)
+
+
 def _replace(app: typer.Typer, name: str, fn: object) -> None:
     """Register `fn` as command `name`, dropping an earlier registration of that name (one command per name)."""
     app.registered_commands = [c for c in app.registered_commands
@@ -63,3 +97,4 @@ def _replace(app: typer.Typer, name: str, fn: object) -> None:
 
 def register(app: typer.Typer) -> None:
     _replace(app, "dashboard", dashboard)
+    app.command("nightly")(nightly)
