@@ -1,7 +1,7 @@
 """The nightly evaluation over the promotion registry: real evaluation runs of offline (SIMULATED) students.
 
 Night 1 evaluates the promoted `flawed/{family}@expert` student under its harness; night 2 the family's
-pair is the `@native` student, whose previous night is given night 1's measured score (the same served
+pair is a much worse student (`@native+finish_early=1`, which stops at its first turn), whose previous night is given night 1's measured score (the same served
 student with worse weights tonight): the regression is flagged in the report, the registry and the exit
 status (`coevo nightly` exits 3; the flow itself fails when `fail_on_regression`).
 """
@@ -17,6 +17,9 @@ from flows.nightly import MIN_DROP, regressed
 from flows.registry import NightlyScore, Promotion, PromotionRegistry
 from harness import baseline
 from tests.ops_helpers import FAMILY, child_env, coevo, small_config
+
+
+WORSE = f"flawed/{FAMILY}@native+finish_early=1"  # the native profile that always stops at its first turn
 
 
 def _promote(reg: PromotionRegistry, student: str, harness: Path, round_: int) -> Promotion:
@@ -50,7 +53,7 @@ def test_nightly_twice_flags_the_worse_student(tmp_path: Path) -> None:
     assert night1.student == good.student and night1.n == 2 and night1.run_id == f"nightly-2026-11-30-{FAMILY}"
     assert night1.mean > MIN_DROP  # the expert profile solves these instances
 
-    worse = _promote(reg, f"flawed/{FAMILY}@native", tmp_path / "h_star.yaml", 2)
+    worse = _promote(reg, WORSE, tmp_path / "h_star.yaml", 2)
     reg.record_nightly(NightlyScore(family=FAMILY, student=worse.student, harness_id=worse.harness_id,
                                     run_id=night1.run_id, night="2026-11-30", mean=night1.mean, n=night1.n))
     second = coevo(["nightly", "--runs-dir", str(runs), "--config", str(config), "--night", "2026-12-01"], env)
@@ -72,7 +75,7 @@ def test_the_flow_fails_on_a_regression_after_recording(tmp_path: Path) -> None:
 
     runs = tmp_path / "runs"
     reg = PromotionRegistry.under(runs)
-    worse = _promote(reg, f"flawed/{FAMILY}@native", tmp_path / "h.yaml", 1)
+    worse = _promote(reg, WORSE, tmp_path / "h.yaml", 1)
     reg.record_nightly(NightlyScore(family=FAMILY, student=worse.student, harness_id=worse.harness_id,
                                     run_id="earlier", night="2026-11-30", mean=1.0, n=10))
     with prefect_test_harness(server_startup_timeout=240), pytest.raises(NightlyRegression, match=FAMILY):
