@@ -65,16 +65,23 @@ def nightly(
     Reads the promotion registry under --runs-dir, evaluates each family's current pair, records the scores
     and compares each with the same pair's previous night (rule: flows/nightly.py, docs/operations.md).
     """
-    from flows.config import ConfigError, load_config
     from flows.cli_options import fail
+    from flows.config import ConfigError, load_config
 
+    if not Path(runs_dir).is_dir():
+        fail(f"--runs-dir: no directory {runs_dir} (the runs directory whose registry.sqlite lists the promotions)")
+    where = configure_prefect_env()  # before flows.nightly imports prefect (it reads its settings at import)
+    from flows.nightly import check_night, nightly_evaluation
+
+    try:
+        check_night(night)
+    except ValueError as e:
+        fail(f"--night: {e}")
     try:
         load_config(config)
     except ConfigError as e:
         fail(f"--config: {e}")
-    console.print(configure_prefect_env())
-    from flows.nightly import nightly_evaluation
-
+    console.print(where)
     report = nightly_evaluation(runs_dir=runs_dir, config_path=str(config), night=night, fail_on_regression=False)
     for p in report.pairs:
         prev = "first night" if p.previous_mean is None else f"previous {p.previous_mean:.3f} ({p.previous_night})"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,13 @@ class NightlyReport(BaseModel):
     @property
     def regressions(self) -> list[PairNight]:
         return [p for p in self.pairs if p.regression]
+
+
+def check_night(night: str | None) -> str | None:
+    """A night label names files and run ids: letters, digits, '.', '_', '-' (YYYY-MM-DD by default)."""
+    if night is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", night):
+        raise ValueError(f"night '{night}' must be letters, digits, '.', '_' or '-' (e.g. 2026-12-01)")
+    return night
 
 
 def regressed(previous_mean: float, previous_n: int, mean: float, n: int) -> tuple[bool, float]:
@@ -165,7 +173,7 @@ def write_report(runs_dir: str, night: str, pairs: list[PairNight]) -> NightlyRe
 def nightly_evaluation(runs_dir: str = "runs", config_path: str = "deploy/configs/local.yaml",
                        night: str | None = None, fail_on_regression: bool = True) -> NightlyReport:
     """Evaluate every promoted (student, harness) pair on the test split; record it; flag regressions."""
-    night = night or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    night = check_night(night) or datetime.now(timezone.utc).strftime("%Y-%m-%d")
     log = get_run_logger()
     base = load_config(config_path)
     reg = PromotionRegistry.under(Path(runs_dir))

@@ -82,3 +82,18 @@ def test_the_flow_fails_on_a_regression_after_recording(tmp_path: Path) -> None:
         nightly_evaluation(runs_dir=str(runs), config_path=str(small_config(tmp_path)), night="2026-12-01")
     assert reg.nightly(FAMILY)[-1].night == "2026-12-01"  # recorded before failing
     assert (runs / "nightly" / "2026-12-01.md").exists()
+
+
+def test_nightly_bad_input_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    env = child_env(tmp_path / "prefect")
+    (tmp_path / "runs").mkdir()
+    cases = [(["--runs-dir", str(tmp_path / "no-such-dir")], "--runs-dir"),
+             (["--runs-dir", str(tmp_path / "runs"), "--config", str(tmp_path / "missing.yaml")], "--config"),
+             (["--runs-dir", str(tmp_path / "runs"), "--night", "../etc"], "--night")]
+    for args, option in cases:
+        done = coevo(["nightly", *args], env, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert option in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "no-such-dir").exists()
+    assert list((tmp_path / "runs").iterdir()) == []  # nothing written on bad input
