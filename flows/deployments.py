@@ -1,7 +1,10 @@
-"""Entry points for Prefect deployments (deploy/prefect.yaml): the nightly evaluation with its parameters.
+"""Entry points for Prefect deployments (deploy/prefect.yaml) that need parameters turned into a config.
 
-A deployment's parameters are plain values (what the UI form and `prefect deployment run -p` take); this
-flow turns them into a `RunConfig` (the config file plus overrides) and runs `evaluation_flow` as a subflow.
+`evaluation_deployment`: an on-demand evaluation of the student (optionally an adapter of it, under a
+harness) next to the expert. A deployment's parameters are plain values (what the UI form and `prefect
+deployment run -p` take); this flow turns them into a `RunConfig` (the config file plus overrides) and runs
+`evaluation_flow` as a subflow. The nightly evaluation of the promoted pairs is `flows/nightly.py`; the
+co-evolution round is `flows/round.py`.
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ def _rename_pairs(attribution: dict[str, Any], renamed: dict[str, str]) -> dict[
     return out
 
 
-@flow(name="nightly-evaluation", log_prints=True)
-def nightly_evaluation(
+@flow(name="evaluation-on-demand", log_prints=True)
+def evaluation_deployment(
     config_path: str = "deploy/configs/local.yaml",
     model: str | None = None,
     api_base: str | None = None,

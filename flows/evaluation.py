@@ -56,6 +56,7 @@ from flows import faults, servers
 from flows.attribution_stage import AttributionRecord, attribute_run, report_sections
 from flows.config import RunConfig, parse_config, preflight
 from flows.plan import Chunk, api_bases, pair_stage, plan_pair
+from flows.progress import Progress
 from flows.reporting import RunReport, write_run_report
 from flows.servers import ModelServers, ServerRestart, ServerUnavailable
 from flows.store import RunStore, new_run_id
@@ -149,6 +150,7 @@ def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_nam
     pool = RolloutPool(config.ray.actors, address=config.ray.address, num_cpus=config.ray.num_cpus,
                        concurrency_per_server=config.ray.concurrency_per_server, api_bases=api_bases(config))
     last = 0.0
+    ticker = Progress(f"{pair_name} rollouts", total, finished, emit=log.info)  # done/total, ETA on the terminal
     try:
         for traj in pool.stream([j for c in todo for j in c.jobs]):
             chunk = owner[traj.id]
@@ -164,6 +166,7 @@ def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_nam
                 summary.chunks_run += 1
                 summary.rollouts_run += len(bucket)
                 summary.model_calls += sum(len(t.turns) for t in bucket)
+            ticker.update(finished)
             if time.monotonic() - last > PROGRESS_EVERY_S or finished == total:
                 update_progress_artifact(progress_id, 100.0 * finished / max(total, 1))
                 last = time.monotonic()

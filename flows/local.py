@@ -47,6 +47,11 @@ def configure_prefect_env() -> str:
         log.warning("prefect was imported before its environment was set; it keeps the settings it read then")
     os.environ.setdefault("PREFECT_HOME", str(DEFAULT_HOME))
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    # The server's telemetry heartbeat (a docket task that phones Prefect; this machine is offline anyway)
+    # writes its session row into the SQLite database at server start, racing the other startup writers: on a
+    # fresh PREFECT_HOME it lost with `sqlite3.OperationalError: database is locked` and printed a traceback
+    # before the first flow ran. Off unless the user turned it on.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     home = prefect_home()
     home.mkdir(parents=True, exist_ok=True)
     if os.environ.get("PREFECT_API_URL"):
@@ -56,6 +61,22 @@ def configure_prefect_env() -> str:
         os.environ["PREFECT_API_URL"] = f"{url}/api"
         return f"Prefect dashboard {url} (runs show there live)"
     return f"Prefect local (ephemeral API, SQLite under {home}); `coevo dashboard` shows the runs"
+
+
+def server_env(host: str, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for `prefect server start --host HOST --port PORT` whose UI calls this same server.
+
+    `prefect server start --port N` binds the API to N but leaves the settings it derives the UI's API URL
+    from (PREFECT_SERVER_UI_API_URL, else PREFECT_API_URL, else http://PREFECT_SERVER_API_HOST:
+    PREFECT_SERVER_API_PORT/api, i.e. port 4200) alone, so a UI on any other port called :4200 and showed
+    "Can't connect to Server API". The server must not point at another API either (PREFECT_API_URL).
+    """
+    env = dict(os.environ if base is None else base)
+    for stale in ("PREFECT_API_URL", "PREFECT_UI_API_URL"):
+        env.pop(stale, None)
+    env.update(PREFECT_SERVER_API_HOST=host, PREFECT_SERVER_API_PORT=str(port),
+               PREFECT_SERVER_UI_API_URL=f"http://{host}:{port}/api")
+    return env
 
 
 def write_dashboard_file(url: str, pid: int, home: Path | None = None) -> Path:

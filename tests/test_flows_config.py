@@ -119,24 +119,6 @@ def test_plan_chunks_keys_and_family_placeholder(tmp_path: Path) -> None:
     assert api_bases(cfg) == {"hosted_vllm/tiny": ["http://127.0.0.1:18931/v1"]}
 
 
-def test_prefect_yaml_deployments_point_at_real_flows() -> None:
-    import importlib
-    import inspect
-
-    spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
-    names = {d["name"] for d in spec["deployments"]}
-    assert "nightly-evaluation" in names
-    for d in spec["deployments"]:
-        module, attr = d["entrypoint"].split(":")
-        assert (REPO / module).exists()
-        fl = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), attr)
-        params = inspect.signature(fl.fn).parameters
-        assert set(d.get("parameters", {})) <= set(params), d["name"]
-        assert (REPO / d["parameters"]["config_path"]).exists()
-    nightly = next(d for d in spec["deployments"] if d["name"] == "nightly-evaluation")
-    assert nightly["schedules"][0]["cron"] == "0 2 * * *"
-
-
 def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
     from flows.deployments import apply_overrides
 

@@ -1,0 +1,107 @@
+"""`coevo dashboard` and `coevo nightly`: the operations commands (docs/operations.md).
+
+    coevo dashboard [--port N]                              # Prefect UI + API on 127.0.0.1:N (same local database)
+    coevo nightly [--runs-dir runs] [--config FILE]         # evaluate the promoted pairs, flag regressions
+
+Prefect is imported only inside the commands, after `flows.local.configure_prefect_env()`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from flows.local import DASHBOARD_FILE, configure_prefect_env, server_env, write_dashboard_file
+
+console = Console(soft_wrap=True)
+HOST = "127.0.0.1"
+
+
+def dashboard(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1 (UI and API).")] = 4200,
+) -> None:
+    """Start the Prefect UI/API on 127.0.0.1 over the project's local database; Ctrl-C stops it."""
+    os.environ.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
+    configure_prefect_env()
+    home = os.environ["PREFECT_HOME"]
+    url = f"http://{HOST}:{port}"
+    prefect_bin = Path(sys.executable).parent / "prefect"
+    cmd = [str(prefect_bin), "server", "start", "--host", HOST, "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=server_env(HOST, port), start_new_session=True)
+    write_dashboard_file(url, proc.pid)
+    console.print(f"Prefect dashboard: [bold]{url}[/]  (PREFECT_HOME={home})")
+    console.print(f"runs started from this checkout report there while it is up; elsewhere: export PREFECT_API_URL={url}/api")
+
+    def _stop(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP: take the server (its own session) down too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        (Path(home) / DASHBOARD_FILE).unlink(missing_ok=True)
+    raise typer.Exit(code)
+
+
+def nightly(
+    runs_dir: Annotated[str, typer.Option(help="The runs directory whose promotion registry (registry.sqlite) is read.")] = "runs",
+    config: Annotated[Path, typer.Option(help="Run config supplying scale, limits and serving for the evaluation.")]
+    = Path("deploy/configs/local.yaml"),
+    night: Annotated[Optional[str], typer.Option(help="The night's label (default: today, UTC, YYYY-MM-DD).")] = None,
+) -> None:
+    """Evaluate the promoted (student, harness) pairs on the test split; exit 3 on a regression.
+
+    Reads the promotion registry under --runs-dir, evaluates each family's current pair, records the scores
+    and compares each with the same pair's previous night (rule: flows/nightly.py, docs/operations.md).
+    """
+    from flows.cli_options import fail
+    from flows.config import ConfigError, load_config
+
+    if not Path(runs_dir).is_dir():
+        fail(f"--runs-dir: no directory {runs_dir} (the runs directory whose registry.sqlite lists the promotions)")
+    where = configure_prefect_env()  # before flows.nightly imports prefect (it reads its settings at import)
+    from flows.nightly import check_night, nightly_evaluation
+
+    try:
+        check_night(night)
+    except ValueError as e:
+        fail(f"--night: {e}")
+    try:
+        load_config(config)
+    except ConfigError as e:
+        fail(f"--config: {e}")
+    console.print(where)
+    report = nightly_evaluation(runs_dir=runs_dir, config_path=str(config), night=night, fail_on_regression=False)
+    for p in report.pairs:
+        prev = "first night" if p.previous_mean is None else f"previous {p.previous_mean:.3f} ({p.previous_night})"
+        flag = "[red]REGRESSION[/]" if p.regression else "ok"
+        sim = " (SIMULATED)" if p.student.startswith("flawed/") else ""
+        console.print(f"{p.family}: {p.student}{sim} x {p.harness_id}: {p.mean:.3f} over {p.n}; {prev}; {flag}")
+    if not report.pairs:
+        console.print(f"no promoted pair in {Path(runs_dir) / 'registry.sqlite'}: nothing evaluated")
+    console.print(f"report: {report.report_path}")
+    if report.regressions:
+        raise typer.Exit(3)
+
+
+def _replace(app: typer.Typer, name: str, fn: object) -> None:
+    """Register `fn` as command `name`, dropping an earlier registration of that name (one command per name)."""
+    app.registered_commands = [c for c in app.registered_commands
+                               if (c.name or getattr(c.callback, "__name__", "")) != name]
+    app.command(name)(fn)
+
+
+def register(app: typer.Typer) -> None:
+    _replace(app, "dashboard", dashboard)
+    app.command("nightly")(nightly)
