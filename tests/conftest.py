@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="coevo-prefect-"))
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # the telemetry heartbeat races startup writes on SQLite
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
