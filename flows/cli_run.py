@@ -150,8 +150,13 @@ def _dry_run(cfg: RunConfig, rounds: int) -> None:
 def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[str], runs_dir: Optional[str],
                 where: str) -> None:
     from flows.round import coevolution_run
-    from flows.round_lock import LockHeld
+    from flows.round_lock import LockHeld, RunLock
 
+    try:  # before Prefect starts: a second writer of the same run gets one line
+        RunLock(Path(cfg.runs_dir) / run_id).check()
+    except LockHeld as e:
+        console.print(str(e), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     console.print(f"run [bold]{run_id}[/]: {rounds} co-evolution round(s) on {len(cfg.family_names())} families; {where}")
     resume_hint = f"coevo run --resume {run_id}" + (f" --runs-dir {runs_dir}" if runs_dir else "")
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from correction.locators.base import parse_locator
 from correction.selectors.base import parse_selector
@@ -47,6 +47,14 @@ class SearchSettings(BaseModel):
             raise ValueError(f"unknown reflector '{v}'; use library or llm:MODEL")
         return v
 
+    @model_validator(mode="after")
+    def _budget_pays_one_iteration(self) -> "SearchSettings":
+        need = (self.val_instances or 20) * self.val_seeds + 2 * self.minibatch_size
+        if self.budget_rollouts < need:
+            raise ValueError(f"budget_rollouts {self.budget_rollouts} cannot pay for one validation pass and one "
+                             f"iteration (2 x minibatch {self.minibatch_size}); give at least {need}")
+        return self
+
 
 class DataSettings(BaseModel):
     """The training split's rollouts the arms are built from (never val or test)."""
@@ -68,7 +76,8 @@ class CorrectionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     locator: str = Field(default="counterfactual", description="counterfactual | divergence | mle_agent:MODEL")
-    locator_expert: str = Field(default="oracle/{family}", description="Continues prefixes for the counterfactual.")
+    locator_expert: str = Field(default="oracle/{family}", description="Continues prefixes for the counterfactual: "
+                                "a role name under `models` or a model string.")
     selector: str = Field(default="verifier_replay", description="verifier_replay | judge:MODEL")
     n: int = Field(default=3, ge=1, description="Expert candidates per t*.")
     replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")

@@ -112,7 +112,8 @@ def imitation_set(ctx: RoundContext, arm: str, harness: str, expert: list[Trajec
 
 def correction_config(ctx: RoundContext) -> CorrectionConfig:
     c = ctx.r.correction
-    return CorrectionConfig(student=ctx.student(), expert=ctx.expert(), locator_expert=ModelRole(model=c.locator_expert),
+    locator_expert = ctx.config.models.get(c.locator_expert) or ModelRole(model=c.locator_expert)
+    return CorrectionConfig(student=ctx.student(), expert=ctx.expert(), locator_expert=locator_expert,
                             locator=c.locator, selector=c.selector, n=c.n, replays=c.replays,
                             extra_turns=c.extra_turns, mode=c.mode, concurrency=c.concurrency)
 

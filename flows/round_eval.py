@@ -36,7 +36,7 @@ class EvalRecord(BaseModel):
     harness: str
     split: str
     stage: str
-    keys: list[str]
+    chunk_keys: list[str]
     rollouts: int
     rollouts_run: int = Field(description="Rollouts run by this call (0 when every one was stored).")
     model_calls: int
@@ -69,30 +69,38 @@ def evaluate_pairs(ctx: RoundContext, pairs: list[PairPlan], split: Split, n_ins
                    tag: str = "eval") -> dict[str, EvalRecord]:
     """Every pair's rollouts (one batch), then a record per pair read back from the store."""
     planned = {p.name: pair_chunks(ctx, p, split, n_instances, seeds, tag) for p in pairs}
-    everything = [c for cs in planned.values() for c in cs]
+    primary: dict[str, Chunk] = {}  # job key -> the chunk that runs it (two pairs can share a job: h* == h0)
+    for c in (c for cs in planned.values() for c in cs):
+        primary.setdefault(c.jobs[0].key, c)
     label = "+".join(p.name for p in pairs)[:80]
-    summary = collect(ctx.config, str(ctx.store.root.parent), ctx.store.run_id, everything, label)
+    summary = collect(ctx.config, str(ctx.store.root.parent), ctx.store.run_id, list(primary.values()), label)
+    _copy_shared(ctx.store, planned, primary)
     out = {}
     for p in pairs:
         chunks = planned[p.name]
         frame = ctx.store.chunk_frame(f"eval/{p.name}", [c.key for c in chunks])
         if frame.height != len(chunks):
             raise RuntimeError(f"{p.name}: store holds {frame.height} rollouts, expected {len(chunks)}")
-        run_now = summary.rollouts_run if len(pairs) == 1 else -1
         out[p.name] = EvalRecord(
             name=p.name, label=p.label, model=p.role.model, harness=p.harness, split=split, stage=f"eval/{p.name}",
-            keys=[c.key for c in chunks], rollouts=frame.height, rollouts_run=run_now, model_calls=0,
+            chunk_keys=[c.key for c in chunks], rollouts=frame.height, rollouts_run=0, model_calls=0,
             success=float(frame["passed"].mean() or 0.0), cost_usd=float(frame["cost_usd"].sum() or 0.0))
-    total_run = summary.rollouts_run
-    for rec in out.values():  # rollouts run now are counted for the whole batch; split them by pair afterwards
-        rec.rollouts_run = total_run if len(pairs) == 1 else rec.rollouts_run
-    if len(pairs) > 1:
-        _split_counts(out, summary)
+    _split_counts(out, summary)
     return out
 
 
+def _copy_shared(store: RunStore, planned: dict[str, list[Chunk]], primary: dict[str, Chunk]) -> None:
+    """A chunk whose job another pair ran gets that rollout (same job key: same model, harness, instance, seed)."""
+    for chunks in planned.values():
+        for c in chunks:
+            src = primary[c.jobs[0].key]
+            if src is not c and not store.has(c.stage, c.key):
+                store.write_trajectories(c.stage, c.key, store.read_chunks(src.stage, [src.key]),
+                                         harnesses=[c.jobs[0].harness])
+
+
 def _split_counts(out: dict[str, EvalRecord], summary: CollectSummary) -> None:
-    """The batch's run count, attributed to pairs in proportion (exact when 0: the resume check)."""
+    """The batch's run counts, attributed to its pairs in proportion to their size (exact when 0 or one pair)."""
     total = sum(r.rollouts for r in out.values()) or 1
     for rec in out.values():
         rec.rollouts_run = round(summary.rollouts_run * rec.rollouts / total)
@@ -101,8 +109,8 @@ def _split_counts(out: dict[str, EvalRecord], summary: CollectSummary) -> None:
 
 def frame_of(store: RunStore, recs: list[EvalRecord]) -> pl.DataFrame:
     """The rollouts of these pairs with a `pair` column (= the record's name)."""
-    return pl.concat([store.chunk_frame(r.stage, r.keys).with_columns(pl.lit(r.name).alias("pair")) for r in recs])
+    return pl.concat([store.chunk_frame(r.stage, r.chunk_keys).with_columns(pl.lit(r.name).alias("pair")) for r in recs])
 
 
 def trajectories_of(store: RunStore, recs: list[EvalRecord]) -> list[Trajectory]:
-    return [t for r in recs for t in store.read_chunks(r.stage, r.keys)]
+    return [t for r in recs for t in store.read_chunks(r.stage, r.chunk_keys)]

@@ -66,6 +66,19 @@ class RunLock:
             return
         raise LockHeld(f"could not take the lock {self.path}")
 
+    def check(self) -> None:
+        """Raise LockHeld when a live writer (or one on another host) holds the run; a dead one's lock is fine."""
+        if not self.path.exists():
+            return
+        try:
+            old = json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            old = {}
+        same_host = old.get("host") == socket.gethostname()
+        if same_host and isinstance(old.get("pid"), int) and not _alive(old["pid"]):
+            return
+        raise LockHeld(holder_line(old, self.path.parent))
+
     def release(self) -> None:
         if self.held:
             self.path.unlink(missing_ok=True)

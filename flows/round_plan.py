@@ -179,7 +179,8 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     plans = stage_plans(config)
     warnings, errors = check_round(config, root)
     roles: dict[str, ModelRole | None] = {"student": config.models[r.student].model_copy(update={"temperature": r.temperature}),
-             "expert": config.models[r.expert], "locator_expert": ModelRole(model=r.correction.locator_expert),
+             "expert": config.models[r.expert], "locator_expert": config.models.get(r.correction.locator_expert)
+             or ModelRole(model=r.correction.locator_expert),
              "reflector (model calls)": config.models.get("reflector")}
     lines = [f"round config: {len(config.family_names())} families ({', '.join(config.family_names())}); test "
              f"{config.evaluation.n_instances or 'all'} instances x {config.evaluation.seeds} seeds; arms "
