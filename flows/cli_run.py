@@ -220,6 +220,14 @@ def report(
     except (FileNotFoundError, ValueError) as e:  # no such run; a run id that is a path ('..')
         fail(f"RUN_ID: {e}")
     console.print(where)
+    rounds = sorted((Path(runs_dir) / run_id / "rounds").glob("r*/reports/report.md"))
+    if rounds:  # a co-evolution run: its pages are written by each round's `report` stage
+        for page in rounds:
+            console.print(f"round {page.parent.parent.name}: {page.resolve()}", markup=False, highlight=False)
+        console.print(f"summary: {(Path(runs_dir) / run_id / 'reports' / 'summary.md').resolve()}", markup=False,
+                      highlight=False)
+        console.print(f"rebuild a page: coevo run --resume {run_id} --runs-dir {runs_dir} --from-stage report")
+        return
     from flows.evaluation import report_flow
 
     try:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
+                               update_progress_artifact)
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.config import ConfigError, RunConfig, load_config, preflight
@@ -69,7 +70,10 @@ def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[in
             rec = runner.run(name)
             _artifact(slug("round", ctx.store.root.parent.parent.name, f"r{ctx.t}", name), name, rec)
             progress(i + 1)
-    gate = runner.records["gate"]
+    gate, rep = runner.records["gate"], runner.records["report"]
+    create_markdown_artifact(markdown=rep.markdown[:100_000], key=slug("round-report", ctx.store.root.parent.parent.name,
+                                                                        f"r{ctx.t}")[:120],
+                             description=f"co-evolution round {ctx.t}: report")
     return RoundResult(t=ctx.t, student=ctx.state.student_model, report_path=runner.records["report"].report_path,
                        promoted=gate.promoted, decision=gate.reason, stages=runner.log)
 

@@ -112,7 +112,9 @@ class StageRunner:
             t0 = time.monotonic()
             body = self._body(name)
             stage_flow = flow(name=f"round-{name}", flow_run_name=f"r{ctx.t}-{name}", log_prints=True)(_call)
-            rec = stage_flow(body)
+            # through the server scope: a server found dead before or during the stage is restarted once
+            # (its adapters reloaded) and the stage runs again, finding its finished rollouts
+            rec = ctx.servers.run(name, stage_flow, body) if ctx.servers is not None else stage_flow(body)
             wall, cost = round(time.monotonic() - t0, 1), round(spent_usd(run_root) - before, 4)
             ctx.store.mark_done(STATE_STAGE, name, {"key": self.key, "output": rec.model_dump(mode="json"),
                                                     "wall_s": wall, "cost_usd": cost, "at": time.time()})

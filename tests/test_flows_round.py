@@ -149,6 +149,24 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     print(f"round test: first run {first_s:.0f} s")  # noqa: T201 - the figure docs/flows.md quotes
 
 
+@pytest.mark.vllm
+def test_spent_budget_stops_the_round_cleanly_and_resumably(tmp_path: Path, vllm_server: str, tiny_model_dir: Path,
+                                                            ray_local: None, prefect_harness: None) -> None:
+    raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+    raw["models"]["student"]["input_cost_per_token"] = 1e-3  # priced like an API role: the first stage spends it
+    raw["round"]["budget_usd"] = 0.01
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg)])
+    assert result.exit_code == 3, result.output
+    (run_id,) = list_runs(tmp_path / "runs")
+    text = " ".join(result.output.split())
+    assert "API budget $0.01 spent" in text and f"coevo run --resume {run_id}" in text
+    state = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
+    assert set(state) == {"evaluate_h0"} and state["evaluate_h0"]["cost_usd"] > 0.01  # stopped before `evolve`
+    assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()  # the lock is released: resumable
+
+
 def test_second_writer_gets_one_line_naming_the_holder(tmp_path: Path, tiny_model_dir: Path) -> None:
     raw = round_config(tmp_path, "http://127.0.0.1:9/v1", tiny_model_dir)
     cfg = tmp_path / "round.yaml"
