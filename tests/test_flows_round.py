@@ -219,3 +219,29 @@ def test_dry_run_names_a_bad_accelerate_config(tmp_path: Path, monkeypatch: pyte
     assert result.exit_code == 1, result.output
     assert "error: round.accelerate_config: cpu.yaml trains on CPU but the student is served on GPU" in result.output
     assert "mixed_precision" in result.output
+
+
+def test_next_round_serves_the_merged_student_and_starts_from_h_star(tmp_path: Path) -> None:
+    from flows.config import ConfigError, load_config
+    from flows.round_context import RoundContext, round_store
+    from flows.round_next import first_state, next_round
+
+    config = load_config(REPO / "deploy/configs/local.yaml")
+    run = RunStore(tmp_path / "runs", "r-next")
+    state, cfg = first_state(config, run, REPO)
+    assert state.t == 0 and state.start_harness == "baseline" and state.student_model == "hosted_vllm/tiny"
+    ctx = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
+    h_star = str(ctx.h_star_dir)
+    ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": h_star}})
+    ctx.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": ""}})
+    kept, same = next_round(ctx, run)
+    assert (kept.t, kept.student_model, kept.start_harness, same) == (1, "hosted_vllm/tiny", h_star, cfg)
+    merged = str(tmp_path / "merged" / "student-r1")
+    ctx.store.mark_done("round", "gate", {"output": {"promoted": True, "merged_dir": merged}})
+    promoted, nxt = next_round(ctx, run)
+    assert (promoted.t, promoted.student_model, promoted.student_weights) == (1, "hosted_vllm/student-r1", merged)
+    assert nxt.servers[0].model == merged and nxt.servers[0].name == "student-r1" and nxt.servers[0].port == 8123
+    assert nxt.models["student"].model == "hosted_vllm/student-r1"
+    unmanaged = cfg.model_copy(update={"servers": []})  # a student served elsewhere cannot be swapped by the run
+    with pytest.raises(ConfigError, match="student-r1 must be served by a server the run manages"):
+        next_round(RoundContext(config=unmanaged, store=ctx.store, base=REPO, state=state), run)
