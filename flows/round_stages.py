@@ -92,12 +92,17 @@ def evolve_settings(ctx: RoundContext, family: str) -> EvolveSettings:
 
 
 def evolve(ctx: RoundContext) -> EvolveRecord:
-    """The search per family (resumed from its GEPA state and cache), h*_t copied to `<round>/h_star/<family>.yaml`."""
+    """The search per family, concurrently (each resumed from its GEPA state and cache); h*_t copied to
+    `<round>/h_star/<family>.yaml`."""
     out: dict[str, FamilySearch] = {}
     ctx.h_star_dir.mkdir(parents=True, exist_ok=True)
-    for fam in ctx.families():
-        summary = evolve_harness(evolve_settings(ctx, fam), str(ctx.store.root), str(ctx.base), resume=True,
-                                 ray_address=ctx.config.ray.address, num_cpus=ctx.config.ray.num_cpus)
+    # the families concurrently (Prefect's thread pool): each search's pool has its own actors (num_cpus=0) on the
+    # run's Ray cluster and model servers, so one family's reflection overlaps another's rollouts
+    futures = {fam: evolve_harness.submit(evolve_settings(ctx, fam), str(ctx.store.root), str(ctx.base), resume=True,
+                                          ray_address=ctx.config.ray.address, num_cpus=ctx.config.ray.num_cpus)
+               for fam in ctx.families()}
+    for fam, future in futures.items():
+        summary = future.result()
         s = summary.search
         shutil.copyfile(s.h_star_path, ctx.h_star_dir / f"{fam}.yaml")
         out[fam] = FamilySearch(h_star_id=s.best_id, h0_val=s.h0_val_mean, best_val=s.best_val_mean,
