@@ -245,3 +245,29 @@ def test_next_round_serves_the_merged_student_and_starts_from_h_star(tmp_path: P
     unmanaged = cfg.model_copy(update={"servers": []})  # a student served elsewhere cannot be swapped by the run
     with pytest.raises(ConfigError, match="student-r1 must be served by a server the run manages"):
         next_round(RoundContext(config=unmanaged, store=ctx.store, base=REPO, state=state), run)
+
+
+def test_merge_adapter_gives_the_same_logits_as_base_plus_adapter(tmp_path: Path, tiny_model_dir: Path) -> None:
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.merge import merge_adapter, merged
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
+    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           init_lora_weights=False))  # random B: the adapter changes the outputs
+    lora.save_pretrained(tmp_path / "adapter")
+    out = merge_adapter(tiny_model_dir, tmp_path / "adapter", tmp_path / "student-r1")
+    assert merged(out, tiny_model_dir, tmp_path / "adapter") and (out / "tokenizer.json").exists()
+    ids = torch.tensor([[1, 5, 9, 42, 7]])
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
+    with torch.no_grad():
+        want = PeftModel.from_pretrained(fresh, tmp_path / "adapter")(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)(ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)(ids).logits
+    assert torch.allclose(got, want, atol=1e-4) and not torch.allclose(got, plain, atol=1e-4)
+    mtime = (out / "model.safetensors").stat().st_mtime_ns
+    merge_adapter(tiny_model_dir, tmp_path / "adapter", out)  # a finished merge is left as it is
+    assert (out / "model.safetensors").stat().st_mtime_ns == mtime
