@@ -72,34 +72,117 @@ def _resolve_config(config: Optional[Path], resume: Optional[str], runs_dir: Opt
 
 def run(
     config: Annotated[Optional[Path], typer.Option(help="Run config YAML (deploy/configs/local.yaml is the default job).")] = None,
-    resume: Annotated[Optional[str], typer.Option(help="Finish this run: finished rollouts are loaded, not re-run.")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Finish this run: finished stages and rollouts are loaded, not re-run.")] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Co-evolution rounds (a config with `round:`).")] = 1,
+    from_stage: Annotated[Optional[str], typer.Option(help="With --resume: recompute this round stage and every later "
+                                                          "one (their outputs are moved aside).")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the planned stages, rollouts, model calls, LoRA runs and an "
+                                               "estimate; check the config end to end; start nothing.")] = False,
     full: Annotated[bool, typer.Option(help="Evaluate the whole split (60 test instances per family).")] = False,
     n_instances: Annotated[Optional[int], typer.Option(help="Instances per family (overrides the config).")] = None,
     seeds: Annotated[Optional[int], typer.Option(help="Seeds per instance (overrides the config).")] = None,
     families: Annotated[Optional[str], typer.Option(help="Comma-separated families (overrides the config).")] = None,
     runs_dir: Annotated[Optional[str], typer.Option(help="Where runs live (overrides the config's runs_dir).")] = None,
 ) -> None:
-    """Run the evaluation flow: serve models, roll out each (model, harness) pair, tables, report."""
+    """Run a config: co-evolution rounds (a config with `round:`) or the evaluation flow (serve, roll out, report)."""
     where = configure_prefect_env()
     try:
         cfg, run_id = _resolve_config(config, resume, runs_dir)
-        ev: dict[str, object] = {}
-        if full:
-            ev["n_instances"] = None
-        elif n_instances is not None:
-            ev["n_instances"] = n_instances
-        if seeds is not None:
-            ev["seeds"] = seeds
-        data = cfg.model_dump(mode="json")
-        data["evaluation"].update(ev)
-        if families:
-            data["families"] = [f.strip() for f in families.split(",") if f.strip()]
-        if runs_dir:
-            data["runs_dir"] = runs_dir
-        cfg = parse_config(data, str(config or "resumed config"))
+        cfg = _overrides(cfg, config, full, n_instances, seeds, families, runs_dir)
+        if from_stage is not None and not resume:
+            raise ConfigError("--from-stage recomputes stages of an existing run: give --resume RUN_ID too")
+        if dry_run:
+            _dry_run(cfg, rounds)
+            return
         preflight(cfg, Path.cwd())
     except ConfigError as e:
         fail(f"config error: {e}")
+    if cfg.round is not None:
+        _run_rounds(cfg, run_id, rounds, from_stage, runs_dir, where)
+        return
+    if from_stage is not None or rounds != 1:
+        fail("config error: --rounds and --from-stage need a config with a `round:` section")
+    _run_evaluation(cfg, run_id, runs_dir, where)
+
+
+def _overrides(cfg: RunConfig, config: Optional[Path], full: bool, n_instances: Optional[int], seeds: Optional[int],
+               families: Optional[str], runs_dir: Optional[str]) -> RunConfig:
+    ev: dict[str, object] = {}
+    if full:
+        ev["n_instances"] = None
+    elif n_instances is not None:
+        ev["n_instances"] = n_instances
+    if seeds is not None:
+        ev["seeds"] = seeds
+    data = cfg.model_dump(mode="json")
+    data["evaluation"].update(ev)
+    if families:
+        data["families"] = [f.strip() for f in families.split(",") if f.strip()]
+    if runs_dir:
+        data["runs_dir"] = runs_dir
+    return parse_config(data, str(config or "resumed config"))
+
+
+def _dry_run(cfg: RunConfig, rounds: int) -> None:
+    if cfg.round is None:
+        pairs = cfg.with_adapter_pair().evaluation.pairs
+        n = cfg.evaluation.n_instances or 60
+        console.print(f"evaluation config (no `round:`): {len(pairs)} pair(s) x {len(cfg.family_names())} families x "
+                      f"{n} instances x {cfg.evaluation.seeds} seeds = {len(pairs) * len(cfg.family_names()) * n * cfg.evaluation.seeds} "
+                      f"rollouts" + ("; then LoRA training" if cfg.training else ""))
+        preflight(cfg, Path.cwd())
+        console.print("config OK (dry run: nothing started)")
+        return
+    from flows.round_plan import plan_round
+
+    plan = plan_round(cfg, Path.cwd(), rounds)
+    for line in plan.lines:
+        console.print(line, markup=False, highlight=False)
+    for w in plan.warnings:
+        console.print(f"warning: {w}", markup=False, highlight=False)
+    for e in plan.errors:
+        console.print(f"error: {e}", markup=False, highlight=False)
+    if plan.errors:
+        raise typer.Exit(1)
+    console.print("config OK (dry run: nothing started)")
+
+
+def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[str], runs_dir: Optional[str],
+                where: str) -> None:
+    from flows.round import coevolution_run
+    from flows.round_lock import LockHeld, RunLock
+
+    try:  # before Prefect starts: a second writer of the same run gets one line
+        RunLock(Path(cfg.runs_dir) / run_id).check()
+    except LockHeld as e:
+        console.print(str(e), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(f"run [bold]{run_id}[/]: {rounds} co-evolution round(s) on {len(cfg.family_names())} families; {where}")
+    resume_hint = f"coevo run --resume {run_id}" + (f" --runs-dir {runs_dir}" if runs_dir else "")
+    try:
+        result = coevolution_run(cfg, run_id, rounds, from_stage, str(Path.cwd()))
+    except LockHeld as e:
+        console.print(str(e), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]; finish it with: {resume_hint}")
+        raise typer.Exit(130) from None
+    except Exception as e:  # the flow's own logs have the traceback; say how to continue
+        console.print(f"[red]run {run_id} failed:[/] {type(e).__name__}: {e}")
+        console.print(f"finished work is kept; continue with: {resume_hint}")
+        raise typer.Exit(1) from None
+    for r in result.rounds:
+        console.print(f"round {r.t} ({r.student}): {r.decision}", markup=False, highlight=False)
+        console.print(f"  report: {r.report_path}", markup=False, highlight=False)
+    console.print(f"run directory: {result.run_dir}; API spent ${result.spent_usd:.2f}")
+    if result.status == "budget_spent":
+        console.print(result.message, markup=False, highlight=False)
+        raise typer.Exit(3)
+
+
+def _run_evaluation(cfg: RunConfig, run_id: str, runs_dir: Optional[str], where: str) -> None:
+    from flows.round_lock import LockHeld, RunLock
+
     fams = cfg.family_names()
     console.print(f"run [bold]{run_id}[/]: {len(cfg.with_adapter_pair().evaluation.pairs)} pair(s) × {len(fams)} families × "
                   f"{cfg.evaluation.n_instances or 'all'} instances × {cfg.evaluation.seeds} seeds; {where}")
@@ -107,7 +190,11 @@ def run(
 
     t0 = time.monotonic()
     try:
-        result = evaluation_flow(cfg, run_id=run_id, base_dir=str(Path.cwd()))
+        with RunLock(Path(cfg.runs_dir) / run_id):
+            result = evaluation_flow(cfg, run_id=run_id, base_dir=str(Path.cwd()))
+    except LockHeld as e:
+        console.print(str(e), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]; finish it with: coevo run --resume {run_id}")
         raise typer.Exit(130) from None
@@ -133,6 +220,14 @@ def report(
     except (FileNotFoundError, ValueError) as e:  # no such run; a run id that is a path ('..')
         fail(f"RUN_ID: {e}")
     console.print(where)
+    rounds = sorted((Path(runs_dir) / run_id / "rounds").glob("r*/reports/report.md"))
+    if rounds:  # a co-evolution run: its pages are written by each round's `report` stage
+        for page in rounds:
+            console.print(f"round {page.parent.parent.name}: {page.resolve()}", markup=False, highlight=False)
+        console.print(f"summary: {(Path(runs_dir) / run_id / 'reports' / 'summary.md').resolve()}", markup=False,
+                      highlight=False)
+        console.print(f"rebuild a page: coevo run --resume {run_id} --runs-dir {runs_dir} --from-stage report")
+        return
     from flows.evaluation import report_flow
 
     try:

@@ -20,6 +20,7 @@ from agents.records import ModelRole, ToolChoice
 from analysis.attribution import parse_spec
 from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
+from flows.round_config import RoundConfig
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
 from training.config import LengthRule, TrainConfig
@@ -181,6 +182,8 @@ class RunConfig(BaseModel):
                                             "pairs (train_adapter stage); null = evaluation only.")
     attribution: AttributionConfig | None = Field(default=None, description="Attribute the failing rollouts "
                                                   "after evaluation (attribute stage); null = no attribution.")
+    round: RoundConfig | None = Field(default=None, description="A co-evolution round (flows/round.py); null = the "
+                                      "evaluation flow (evaluate the pairs, optionally train one adapter).")
 
     @field_validator("families")
     @classmethod
@@ -222,7 +225,26 @@ class RunConfig(BaseModel):
         self._check_server_keys()
         if self.attribution is not None:
             self._check_attribution(self.attribution)
+        if self.round is not None:
+            self._check_round(self.round)
         return self
+
+    def _check_round(self, r: RoundConfig) -> None:
+        for key in ("student", "expert"):
+            name = getattr(r, key)
+            if name not in self.models:
+                raise ValueError(f"round.{key}: role '{name}' is not defined under `models` "
+                                 f"(defined: {', '.join(self.models)})")
+        role = self.models[r.student]
+        if role.provider != "hosted_vllm" or not role.api_base:
+            raise ValueError(f"round.student: '{r.student}' is '{role.model}'; the round trains and hot-loads "
+                             "adapters, so M_t must be a hosted_vllm model with an api_base")
+        spec = self.server_for(role)
+        if spec is not None and r.lora.rank > spec.max_lora_rank:
+            raise ValueError(f"round.lora.rank: {r.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
+                             f"'{spec.name}'")
+        if self.training is not None:
+            raise ValueError("training: a round config trains its own arms (round.lora); remove `training`")
 
     def _check_server_keys(self) -> None:
         """A role calling a managed server that requires a key must name the same key variable."""
@@ -327,6 +349,8 @@ def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
         role = config.models[pair.model]
         if role.provider == "hosted_vllm" and not role.api_base:
             raise ConfigError(f"models.{pair.model}.api_base: a hosted_vllm model needs the server URL (…/v1)")
+    if config.round is not None:
+        _preflight_round(config, root, tiny_out)
     if config.training is not None:
         tiny_ok = tiny_out is not None and (root / config.training.base_model).resolve() == tiny_out
         if not (root / config.training.base_model).exists() and not tiny_ok:
@@ -338,9 +362,26 @@ def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
                           f"{config.evaluation.split} instances each family has (use null for all)")
 
 
+def _preflight_round(config: RunConfig, root: Path, tiny_out: Path | None) -> None:
+    r = config.round
+    assert r is not None
+    weights = (root / r.student_weights).resolve()
+    if not weights.exists() and weights != tiny_out:
+        raise ConfigError(f"round.student_weights: model directory '{r.student_weights}' does not exist")
+    if r.start_harness != "baseline":
+        d = root / r.start_harness
+        missing = [f for f in config.family_names() if not (d / f"{f}.yaml").is_file()]
+        if missing:
+            raise ConfigError(f"round.start_harness: '{r.start_harness}' has no {missing[0]}.yaml (one harness per "
+                              "family)")
+    if r.accelerate_config and not (root / r.accelerate_config).is_file():
+        raise ConfigError(f"round.accelerate_config: '{r.accelerate_config}' does not exist")
+
+
 def _check_key_variables(config: RunConfig) -> None:
     """Every key variable the run will read is set in this process (its value is never read into the config)."""
     used = {p.model for p in config.evaluation.pairs} | ({config.training.role} if config.training else set())
+    used |= {config.round.student, config.round.expert} if config.round else set()
     for name in sorted(used):
         var = config.models[name].api_key_env
         if var and not os.environ.get(var):

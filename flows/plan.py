@@ -77,7 +77,11 @@ def pair_stage(pair: EvalPair) -> str:
 
 
 def harness_for(spec: str, family: str, repo_root: Path) -> Harness:
-    return baseline(family) if spec == "baseline" else Harness.load(repo_root / spec)
+    """'baseline' (h0), a harness file (every family), or a directory of `<family>.yaml` (one h* per family)."""
+    if spec == "baseline":
+        return baseline(family)
+    path = repo_root / spec
+    return Harness.load(path / f"{family}.yaml" if path.is_dir() else path)
 
 
 def pair_spec(config: RunConfig, pair: EvalPair) -> RolloutSpec:

@@ -6,6 +6,7 @@ its scores (`record_nightly`), comparing each night with the one before (`previo
 
     promotions(id, family, student, student_path, harness_id, harness_path, run_id, round, since, evidence)
     nightly(id, family, student, harness_id, run_id, night, mean, n, at)
+    decisions(id, run_id, round, candidate, promoted, reason, at, evidence)   every gate decision, kept or not
 
 Rows are never updated or deleted: the current pair of a family is its latest promotion, the history is
 every row. Writes run in one transaction each, so a nightly job and a round writing at once do not clash.
@@ -35,6 +36,10 @@ CREATE TABLE IF NOT EXISTS nightly (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     family TEXT NOT NULL, student TEXT NOT NULL, harness_id TEXT NOT NULL, run_id TEXT NOT NULL,
     night TEXT NOT NULL, mean REAL NOT NULL, n INTEGER NOT NULL, at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, candidate TEXT NOT NULL, promoted INTEGER NOT NULL,
+    reason TEXT NOT NULL, at TEXT NOT NULL, evidence TEXT NOT NULL);
 """
 
 
@@ -73,6 +78,20 @@ class NightlyScore(BaseModel):
     at: datetime = Field(default_factory=_now)
 
 
+class GateDecision(BaseModel):
+    """One decision of a round's promotion gate (promoted or not), with the numbers it was made on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    round: int = Field(ge=0)
+    candidate: str = Field(description="The adapter the gate judged (served name), or '' when there was none.")
+    promoted: bool
+    reason: str
+    at: datetime = Field(default_factory=_now)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
 class PromotionRegistry:
     """SQLite-backed registry at `path` (created with its tables on first use)."""
 
@@ -103,6 +122,21 @@ class PromotionRegistry:
                 " since, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (p.family, p.student, p.student_path, p.harness_id, p.harness_path, p.run_id, p.round,
                  p.since.isoformat(), json.dumps(p.evidence, sort_keys=True, default=str)))
+
+    def record_decision(self, d: GateDecision) -> None:
+        with self._connect() as db:
+            db.execute("INSERT INTO decisions (run_id, round, candidate, promoted, reason, at, evidence)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (d.run_id, d.round, d.candidate, int(d.promoted), d.reason, d.at.isoformat(),
+                        json.dumps(d.evidence, sort_keys=True, default=str)))
+
+    def decisions(self, run_id: str | None = None) -> list[GateDecision]:
+        """Every gate decision, oldest first (of one run, or of all)."""
+        where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        with self._connect() as db:
+            rows = db.execute(f"SELECT * FROM decisions {where} ORDER BY id", args).fetchall()
+        return [GateDecision(run_id=r["run_id"], round=r["round"], candidate=r["candidate"], promoted=bool(r["promoted"]),
+                             reason=r["reason"], at=r["at"], evidence=json.loads(r["evidence"])) for r in rows]
 
     def history(self, family: str | None = None) -> list[Promotion]:
         """Every promotion, oldest first (of one family, or of all)."""

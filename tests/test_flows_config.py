@@ -56,12 +56,17 @@ def test_bad_config_fails_before_any_server_starts(tmp_path: Path, patch: dict |
 
 
 def test_local_config_is_valid_and_small(tmp_path: Path) -> None:
-    cfg = load_config(REPO / "deploy" / "configs" / "local.yaml")
+    cfg = load_config(REPO / "deploy" / "configs" / "local_eval.yaml")  # the evaluation-only job (old make run)
     preflight(cfg, REPO)  # the tiny model may be missing: `tiny_model.out` says the run builds it
-    assert [p.name for p in cfg.evaluation.pairs] == ["student", "expert"]
+    assert [p.name for p in cfg.evaluation.pairs] == ["student", "expert"] and cfg.round is None
     assert cfg.evaluation.seeds == 3 and cfg.evaluation.split == "test" and cfg.families == ["all"]
     assert cfg.models["expert"].model == "oracle/{family}"
     assert cfg.evaluation.n_instances is not None and cfg.evaluation.n_instances <= 5
+    # make run: one co-evolution round, the student's weights behind one key (servers and tiny_model follow it)
+    rnd = load_config(REPO / "deploy" / "configs" / "local.yaml")
+    preflight(rnd, REPO)
+    assert rnd.round is not None and rnd.models["expert"].model == "flawed/{family}@expert"
+    assert rnd.servers[0].model == rnd.round.student_weights == rnd.tiny_model.out  # type: ignore[union-attr]
 
 
 def test_gpu_paper_config_parses() -> None:

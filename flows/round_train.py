@@ -1,0 +1,96 @@
+"""The round's `train` stage: each arm's set -> a dataset (tokenized with M_t's tokenizer) -> one LoRA adapter
+per training seed, under `<round>/adapters/<arm>/seed-<s>`; finished seeds (same data and settings) are skipped.
+Then `serve_adapters` hot-loads them as `student@r{t+1}-imit-h0-s{seed}`, `...-imit-s{seed}`, `...-corr-s{seed}`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows import servers as server_mod
+from flows.round_config import adapter_name
+from flows.round_context import RoundContext
+from flows.round_data import ArmDataRecord, ArmSet, read_set
+from flows.store import content_key
+from training.dataset import (build_dataset, is_dataset, load_tokenizer, manifest_sha256, read_manifest,
+                              tokenizer_fingerprint, write_dataset)
+from training.lora import finished, train_seeds
+
+MASK = "turns"  # every set marks its trained turns (flows/round_data.py)
+
+
+class ArmTraining(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    arm: str
+    harness: str
+    dataset_dir: str = ""
+    examples: int = 0
+    adapters: dict[int, str] = Field(default_factory=dict, description="Training seed -> adapter directory.")
+    final_loss: dict[int, float] = Field(default_factory=dict)
+    seeds_reused: list[int] = Field(default_factory=list)
+    reason: str = Field(default="", description="Why the arm has no adapter, when it has none.")
+
+
+class TrainRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    arms: dict[str, ArmTraining]
+
+
+def _chat_template(ctx: RoundContext) -> Path | None:
+    spec = ctx.config.server_for(ctx.config.models[ctx.r.student])
+    if spec is None or not spec.chat_template:
+        return None
+    return Path(server_mod.resolve_spec(spec, ctx.base).chat_template or "")
+
+
+def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
+    if not s.rows:
+        return ArmTraining(arm=s.arm, harness=s.harness, reason=s.reason or "empty set")
+    weights = Path(ctx.state.student_weights)
+    dkey = content_key("dataset", s.arm, s.key, MASK, tokenizer_fingerprint(tokenizer), ctx.r.length.model_dump())
+    out = ctx.store.root / "datasets" / f"{s.arm}-{dkey}"
+    if not is_dataset(out):
+        built = build_dataset(read_set(ctx, s), tokenizer, mask=MASK, length=ctx.r.length, tokenizer_name=str(weights))
+        if not built.examples:
+            return ArmTraining(arm=s.arm, harness=s.harness, reason=f"all {s.rows} rows dropped by the length rule "
+                               f"({built.manifest.stats.dropped})")
+        write_dataset(built, out)
+    lora = ctx.r.lora
+    root = ctx.store.root / "adapters" / s.arm
+    data_hash = manifest_sha256(out)
+    reused = [k for k in range(lora.seeds) if finished(root / f"seed-{k}", lora, k, data_hash) is not None]
+    summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False)
+    return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=read_manifest(out).stats.examples,
+                       adapters={x.seed: str(root / f"seed-{x.seed}") for x in summaries},
+                       final_loss={x.seed: x.loss_curve[-1].loss for x in summaries if x.loss_curve},
+                       seeds_reused=reused)
+
+
+def train_arms(ctx: RoundContext, data: ArmDataRecord) -> TrainRecord:
+    tokenizer = load_tokenizer(Path(ctx.state.student_weights), _chat_template(ctx))
+    return TrainRecord(arms={arm: train_arm(ctx, s, tokenizer) for arm, s in data.sets.items()})
+
+
+def serve_adapters(ctx: RoundContext, rec: TrainRecord, reload: bool = False) -> dict[str, str]:
+    """Hot-load every trained adapter into M_t's server (idempotent); served name -> adapter directory.
+    `reload`: the adapters were (re)trained now, so a name the server already holds is unloaded first."""
+    from deploy.vllm_server import unload_adapter
+
+    role = ctx.config.models[ctx.r.student]
+    served = {}
+    for arm in rec.arms.values():
+        for seed, path in sorted(arm.adapters.items()):
+            name = adapter_name(ctx.t, arm.arm, seed)
+            if reload and role.api_base:
+                try:
+                    unload_adapter(role.api_base, name)
+                except Exception:  # noqa: BLE001 - not loaded there: nothing to unload
+                    pass
+            if ctx.servers is not None:
+                ctx.servers.serve_adapter(ctx.student_server(), role.api_base or "", name, Path(path))
+            served[name] = path
+    return served

@@ -1,0 +1,273 @@
+"""The co-evolution round (flows/round.py) end to end on the real tiny model served by vLLM CPU.
+
+- one tiny round (1 family, 2 test instances, 1 seed, a 6-evaluation search, 1 training seed, 1 LoRA step per
+  arm) through `coevo run`: every stage ran, the report's main table has every row, the registry holds the gate's
+  decision with its evidence; `--resume` of the finished run skips every stage and sends the server no request;
+  `--from-stage attribute` recomputes attribute, gate and report and nothing before;
+- the run lock: a second writer gets one line naming the holder and exit code 2;
+- `--dry-run` of the shipped round configs starts nothing and passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.registry import PromotionRegistry
+from flows.round_lock import LOCK_FILE, LockHeld, RunLock
+from flows.round_runner import STAGES
+from flows.store import RunStore, list_runs
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILY = "anomaly_detection"  # a quick environment; the oracle needs 5 turns
+
+
+def _reset_prefect_logging() -> None:
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging(incremental=False)
+
+
+def invoke(args: list[str]):  # noqa: ANN201 - click's Result
+    result = CliRunner().invoke(app, args)
+    _reset_prefect_logging()
+    return result
+
+
+def vllm_requests(api_base: str) -> float:
+    text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+
+
+def round_config(tmp_path: Path, api_base: str, weights: Path) -> dict:
+    return {
+        "name": "roundtest",
+        "runs_dir": str(tmp_path / "runs"),
+        "models": {"student": {"model": "hosted_vllm/tiny", "api_base": api_base, "max_tokens": 32},
+                   "expert": {"model": "flawed/{family}@expert"}},
+        "families": [FAMILY],
+        "evaluation": {"n_instances": 2, "seeds": 1, "bootstrap_samples": 200},
+        "limits": {"max_turns": 8, "max_tokens_per_turn": 32, "wall_s": 120},
+        "ray": {"num_cpus": 2, "actors": 2},
+        "attribution": {"attributor": "heuristic"},
+        "round": {
+            "student_weights": str(weights),
+            "index": os.getpid() % 100_000,  # the session server outlives the test: adapter names no run loaded
+            "search": {"seeds": 1, "budget_rollouts": 6, "minibatch_size": 2, "train_instances": 2, "val_instances": 2},
+            "data": {"instances": 2, "expert_seeds": 1, "student_samples": 1, "corrections": 4, "self_successes": 2},
+            "correction": {"n": 2, "replays": 1, "extra_turns": 8},
+            "lora": {"rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1, "effective_batch": 8},
+            "length": {"max_len": 8192},
+            "gate": {"val_instances": 2, "val_seeds": 1, "bootstrap_samples": 200},
+        },
+    }
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def prefect_harness() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=240):
+        _reset_prefect_logging()
+        yield
+
+
+def _round_state(runs: Path, run_id: str, t: int) -> dict:
+    return RunStore.open_existing(runs / run_id / "rounds", f"r{t}").done("round")
+
+
+@pytest.mark.vllm
+def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
+        tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, one_torch_thread: None,
+        prefect_harness: None) -> None:
+    raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+    t = raw["round"]["index"]
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    t0 = time.monotonic()
+    result = invoke(["run", "--config", str(cfg), "--rounds", "1"])
+    first_s = time.monotonic() - t0
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "runs"
+    (run_id,) = list_runs(runs)
+    state = _round_state(runs, run_id, t)
+    assert set(state) == set(STAGES)  # every stage ran and recorded its output
+    report = (runs / run_id / "rounds" / f"r{t}" / "reports" / "report.md").read_text()
+    for row in ("M_t on h0", "M_t on h*", "expert on h0", "expert on h*", "imitation on h0", "imitation on h*",
+                "correction on h*"):
+        assert f"| {row} |" in report, row
+    assert "## Promotion gate" in report and "SIMULATED" in report and "## Cost and wall time per stage" in report
+    (decision,) = PromotionRegistry.under(runs).decisions(run_id)
+    assert decision.round == t and decision.reason.startswith(("PROMOTED", "NOT PROMOTED"))
+    gate = state["gate"]["output"]
+    if gate["candidate"]:  # a correction adapter was trained: the decision carries the validation and fit numbers
+        assert decision.evidence["val"] and decision.evidence["diff"]["n_units"] > 0 and decision.evidence["fit"]
+    assert gate["promoted"] == decision.promoted
+    if decision.promoted:
+        assert (Path(gate["merged_dir"]) / "model.safetensors").exists()
+        assert PromotionRegistry.under(runs).current(FAMILY)[0].run_id == run_id
+    trained = state["train"]["output"]["arms"]
+    assert any(a["adapters"] for a in trained.values()), trained  # at least one arm trained an adapter
+
+    # resume of the finished run: every stage skipped, no request reaches the server
+    requests = vllm_requests(vllm_server)
+    again = invoke(["run", "--resume", run_id, "--runs-dir", str(runs)])
+    assert again.exit_code == 0, again.output
+    assert vllm_requests(vllm_server) == requests
+    assert _round_state(runs, run_id, t) == state
+
+    # --from-stage attribute: attribute, gate and report recompute; the stages before them are kept as they were
+    forced = invoke(["run", "--resume", run_id, "--runs-dir", str(runs), "--from-stage", "attribute"])
+    assert forced.exit_code == 0, forced.output
+    after = _round_state(runs, run_id, t)
+    for name in STAGES[:STAGES.index("attribute")]:
+        assert after[name] == state[name], name
+    for name in ("attribute", "gate", "report"):
+        assert after[name]["at"] > state[name]["at"], name
+    assert any((runs / run_id / "rounds" / f"r{t}" / "superseded").iterdir())
+    print(f"round test: first run {first_s:.0f} s")  # noqa: T201 - the figure docs/flows.md quotes
+
+
+@pytest.mark.vllm
+def test_spent_budget_stops_the_round_cleanly_and_resumably(tmp_path: Path, vllm_server: str, tiny_model_dir: Path,
+                                                            ray_local: None, prefect_harness: None) -> None:
+    raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+    raw["models"]["student"]["input_cost_per_token"] = 1e-3  # priced like an API role: the first stage spends it
+    raw["round"]["budget_usd"] = 0.01
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg)])
+    assert result.exit_code == 3, result.output
+    (run_id,) = list_runs(tmp_path / "runs")
+    text = " ".join(result.output.split())
+    assert "API budget $0.01 spent" in text and f"coevo run --resume {run_id}" in text
+    state = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
+    assert set(state) == {"evaluate_h0"} and state["evaluate_h0"]["cost_usd"] > 0.01  # stopped before `evolve`
+    assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()  # the lock is released: resumable
+
+
+def test_second_writer_gets_one_line_naming_the_holder(tmp_path: Path, tiny_model_dir: Path) -> None:
+    raw = round_config(tmp_path, "http://127.0.0.1:9/v1", tiny_model_dir)
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    run = RunStore(tmp_path / "runs", "20261201-000000-roundtest")
+    holder = {"pid": os.getppid(), "host": socket.gethostname(), "started": time.time() - 60}
+    (run.root / LOCK_FILE).write_text(json.dumps(holder))
+    result = invoke(["run", "--resume", run.run_id, "--config", str(cfg)])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"pid {os.getppid()}" in lines[0] and socket.gethostname() in lines[0], result.output
+    assert (run.root / LOCK_FILE).exists()  # the holder's lock is left alone
+
+
+def test_run_lock_takes_over_a_dead_writers_lock(tmp_path: Path) -> None:
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()  # a pid that no longer runs
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": child.pid, "host": socket.gethostname(), "started": 0}))
+    with RunLock(tmp_path):
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+        with pytest.raises(LockHeld, match=f"pid {os.getpid()}"):
+            RunLock(tmp_path).acquire()
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "micro_study.yaml", "gpu_paper.yaml"])
+def test_dry_run_plans_and_checks_without_starting_anything(name: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = invoke(["run", "--config", str(REPO / "deploy" / "configs" / name), "--dry-run", "--runs-dir",
+                     str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "stages: serve -> evaluate_h0 -> evolve" in out and "LoRA runs per round" in out
+    assert "rollouts per role per round: student" in out and "estimate per round" in out
+    assert "config OK (dry run: nothing started)" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_names_a_bad_accelerate_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    raw = yaml.safe_load((REPO / "deploy/configs/gpu_paper.yaml").read_text())
+    raw["round"]["accelerate_config"] = "deploy/accelerate/cpu.yaml"  # CPU training for a GPU-served student
+    raw["round"]["lora"]["effective_batch"] = 6
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(path), "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert "error: round.accelerate_config: cpu.yaml trains on CPU but the student is served on GPU" in result.output
+    assert "mixed_precision" in result.output
+
+
+def test_next_round_serves_the_merged_student_and_starts_from_h_star(tmp_path: Path) -> None:
+    from flows.config import ConfigError, load_config
+    from flows.round_context import RoundContext, round_store
+    from flows.round_next import first_state, next_round
+
+    config = load_config(REPO / "deploy/configs/local.yaml")
+    run = RunStore(tmp_path / "runs", "r-next")
+    state, cfg = first_state(config, run, REPO)
+    assert state.t == 0 and state.start_harness == "baseline" and state.student_model == "hosted_vllm/tiny"
+    ctx = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
+    h_star = str(ctx.h_star_dir)
+    ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": h_star}})
+    ctx.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": ""}})
+    kept, same = next_round(ctx, run)
+    assert (kept.t, kept.student_model, kept.start_harness, same) == (1, "hosted_vllm/tiny", h_star, cfg)
+    merged = str(tmp_path / "merged" / "student-r1")
+    ctx.store.mark_done("round", "gate", {"output": {"promoted": True, "merged_dir": merged}})
+    promoted, nxt = next_round(ctx, run)
+    assert (promoted.t, promoted.student_model, promoted.student_weights) == (1, "hosted_vllm/student-r1", merged)
+    assert nxt.servers[0].model == merged and nxt.servers[0].name == "student-r1" and nxt.servers[0].port == 8123
+    assert nxt.models["student"].model == "hosted_vllm/student-r1"
+    unmanaged = cfg.model_copy(update={"servers": []})  # a student served elsewhere cannot be swapped by the run
+    with pytest.raises(ConfigError, match="student-r1 must be served by a server the run manages"):
+        next_round(RoundContext(config=unmanaged, store=ctx.store, base=REPO, state=state), run)
+
+
+def test_merge_adapter_gives_the_same_logits_as_base_plus_adapter(tmp_path: Path, tiny_model_dir: Path) -> None:
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.merge import merge_adapter, merged
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
+    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           init_lora_weights=False))  # random B: the adapter changes the outputs
+    lora.save_pretrained(tmp_path / "adapter")
+    out = merge_adapter(tiny_model_dir, tmp_path / "adapter", tmp_path / "student-r1")
+    assert merged(out, tiny_model_dir, tmp_path / "adapter") and (out / "tokenizer.json").exists()
+    ids = torch.tensor([[1, 5, 9, 42, 7]])
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
+    with torch.no_grad():
+        want = PeftModel.from_pretrained(fresh, tmp_path / "adapter")(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)(ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)(ids).logits
+    assert torch.allclose(got, want, atol=1e-4) and not torch.allclose(got, plain, atol=1e-4)
+    mtime = (out / "model.safetensors").stat().st_mtime_ns
+    merge_adapter(tiny_model_dir, tmp_path / "adapter", out)  # a finished merge is left as it is
+    assert (out / "model.safetensors").stat().st_mtime_ns == mtime
