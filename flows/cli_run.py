@@ -91,6 +91,11 @@ def run(
         cfg = _overrides(cfg, config, full, n_instances, seeds, families, runs_dir)
         if from_stage is not None and not resume:
             raise ConfigError("--from-stage recomputes stages of an existing run: give --resume RUN_ID too")
+        if from_stage is not None:
+            from flows.round_runner import STAGES
+
+            if from_stage not in STAGES:
+                raise ConfigError(f"--from-stage: unknown stage '{from_stage}'; stages: {', '.join(STAGES)}")
         if dry_run:
             _dry_run(cfg, rounds)
             return

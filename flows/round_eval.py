@@ -72,7 +72,8 @@ def evaluate_pairs(ctx: RoundContext, pairs: list[PairPlan], split: Split, n_ins
     primary: dict[str, Chunk] = {}  # job key -> the chunk that runs it (two pairs can share a job: h* == h0)
     for c in (c for cs in planned.values() for c in cs):
         primary.setdefault(c.jobs[0].key, c)
-    label = "+".join(p.name for p in pairs)[:80]
+    run_id = ctx.store.root.parent.parent.name  # progress artifacts are keyed by run, round and pairs
+    label = f"{run_id}-r{ctx.t}-" + "+".join(p.name for p in pairs)[:80]
     summary = collect(ctx.config, str(ctx.store.root.parent), ctx.store.run_id, list(primary.values()), label)
     _copy_shared(ctx.store, planned, primary)
     out = {}

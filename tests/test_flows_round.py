@@ -271,3 +271,13 @@ def test_merge_adapter_gives_the_same_logits_as_base_plus_adapter(tmp_path: Path
     mtime = (out / "model.safetensors").stat().st_mtime_ns
     merge_adapter(tiny_model_dir, tmp_path / "adapter", out)  # a finished merge is left as it is
     assert (out / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_from_stage_must_name_a_stage_of_an_existing_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(round_config(tmp_path, "http://127.0.0.1:9/v1", tiny_model_dir)))
+    fresh = invoke(["run", "--config", str(cfg), "--from-stage", "attribute"])
+    assert fresh.exit_code == 2 and "--from-stage recomputes stages of an existing run" in fresh.output
+    run = RunStore(tmp_path / "runs", "20261201-000000-roundtest")
+    bad = invoke(["run", "--resume", run.run_id, "--config", str(cfg), "--from-stage", "nope"])
+    assert bad.exit_code == 2 and "--from-stage: unknown stage 'nope'; stages: evaluate_h0" in " ".join(bad.output.split())
