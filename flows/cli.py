@@ -52,7 +52,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_evolve",
     "flows.cli_imitate",
     "flows.cli_correct",
-    "flows.cli_ops",  # after cli_run: its `dashboard` (the port-aware one) replaces an earlier registration
+    "flows.cli_ops",
 )
 
 

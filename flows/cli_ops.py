@@ -95,13 +95,6 @@ def nightly(
         raise typer.Exit(3)
 
 
-def _replace(app: typer.Typer, name: str, fn: object) -> None:
-    """Register `fn` as command `name`, dropping an earlier registration of that name (one command per name)."""
-    app.registered_commands = [c for c in app.registered_commands
-                               if (c.name or getattr(c.callback, "__name__", "")) != name]
-    app.command(name)(fn)
-
-
 def register(app: typer.Typer) -> None:
-    _replace(app, "dashboard", dashboard)
+    app.command("dashboard")(dashboard)
     app.command("nightly")(nightly)

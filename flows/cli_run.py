@@ -1,10 +1,9 @@
-"""`coevo run`, `coevo report`, `coevo dashboard`: the Prefect flows from the command line.
+"""`coevo run`, `coevo report`: the Prefect flows from the command line.
 
     coevo run --config deploy/configs/local.yaml            # what `make run` does
     coevo run --config deploy/configs/local.yaml --full     # the whole 60-instance test split
     coevo run --resume RUN_ID                               # finish a failed run; finished chunks are kept
     coevo report RUN_ID                                     # rebuild report.md + plots from the stored rollouts
-    coevo dashboard                                         # Prefect UI on 127.0.0.1 (same local database)
 
 Prefect is imported only inside the commands, after `flows.local.configure_prefect_env()` has pointed it
 at the project's own PREFECT_HOME (it reads its settings once, at import).
@@ -12,10 +11,6 @@ at the project's own PREFECT_HOME (it reads its settings once, at import).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -24,7 +19,7 @@ import typer
 from rich.console import Console
 
 from flows.config import ConfigError, RunConfig, load_config, parse_config, preflight
-from flows.local import DASHBOARD_FILE, configure_prefect_env, write_dashboard_file
+from flows.local import configure_prefect_env
 from flows.cli_options import fail
 from flows.store import RunStore, check_run_id, new_run_id
 
@@ -245,37 +240,6 @@ def report(
         console.print(f"plot {name}: {path}")
 
 
-def dashboard(
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1.")] = 4200,
-) -> None:
-    """Start the Prefect UI/API on 127.0.0.1 over the project's local database; Ctrl-C stops it."""
-    os.environ.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
-    configure_prefect_env()
-    home = os.environ["PREFECT_HOME"]
-    url = f"http://127.0.0.1:{port}"
-    prefect_bin = Path(sys.executable).parent / "prefect"
-    cmd = [str(prefect_bin), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=dict(os.environ), start_new_session=True)
-    write_dashboard_file(url, proc.pid)
-    console.print(f"Prefect dashboard: [bold]{url}[/]  (PREFECT_HOME={home})")
-    console.print(f"runs started from this checkout report there while it is up; elsewhere: export PREFECT_API_URL={url}/api")
-
-    def _stop(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP: take the server (its own session) down too
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGHUP, _stop)
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        os.killpg(proc.pid, signal.SIGTERM)
-        code = proc.wait(timeout=30)
-    finally:
-        (Path(home) / DASHBOARD_FILE).unlink(missing_ok=True)
-    raise typer.Exit(code)
-
-
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
     app.command("report")(report)
-    app.command("dashboard")(dashboard)
