@@ -12,6 +12,8 @@ Contract:
 - The driver schedules: at most `concurrency_per_server` episodes in flight per model server (api_base);
   a model listed in `api_bases` is routed to its least-loaded server when the episode starts, and the whole
   conversation stays on that server. Jobs go to the actor with the fewest episodes in flight.
+- On a cluster the actors are spread over the alive nodes that have CPUs (round robin; a replacement goes to
+  the node with the fewest of this pool's actors), pinned softly, so a node that died is simply skipped.
 - An actor that dies (crash, OOM, `ray.kill`) is replaced and its in-flight jobs are retried; a job tried
   `max_attempts` times without an answer becomes a `stop_reason="error"` trajectory with the last error
   text (score 0). A failure inside an episode is the episode's result, never retried.
@@ -127,10 +129,10 @@ class RolloutPool:
                          _system_config=LOCAL_RAY_SYSTEM_CONFIG)
             self._owns_ray = True
         # num_cpus=0: an actor mostly awaits model servers, so it must not hold a core that the
-        # replacement of a dead actor (or another pool) would wait for; SPREAD puts them on separate nodes.
-        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=ACTOR_MAX_CONCURRENCY,
-                                     scheduling_strategy="SPREAD")(RolloutActor)
-        self._slots = [_Slot(handle=self._actor_cls.remote()) for _ in range(n_actors)]
+        # replacement of a dead actor (or another pool) would wait for.
+        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=ACTOR_MAX_CONCURRENCY)(RolloutActor)
+        self._slot_nodes: dict[int, str | None] = {}
+        self._slots = [_Slot(handle=self._new_actor(i)) for i in range(n_actors)]
         self._server_load: collections.Counter[str | None] = collections.Counter()
         self._closed = False
 
@@ -246,7 +248,29 @@ class RolloutPool:
             ray.kill(slot.handle, no_restart=True)
         except Exception:  # already gone; the kill only makes sure a half-alive actor is not reused
             pass
-        self._slots[slot_i] = _Slot(handle=self._actor_cls.remote(), generation=generation + 1)
+        self._slots[slot_i] = _Slot(handle=self._new_actor(slot_i), generation=generation + 1)
+
+    def _new_actor(self, slot_i: int) -> Any:
+        """Start the actor of one slot on the alive node with the fewest of this pool's actors.
+
+        Ray's SPREAD strategy left both actors of a two-node cluster on the head (seen with Ray 2.60 and
+        0-CPU actors), so nodes are chosen here and pinned softly (a node gone by then is skipped by Ray).
+        Nodes with no CPU (a KubeRay head started with num-cpus 0) take no actors when others have CPUs.
+        """
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        with_cpu = [n["NodeID"] for n in nodes if n.get("Resources", {}).get("CPU", 0) > 0]
+        candidates = with_cpu or [n["NodeID"] for n in nodes]
+        self._slot_nodes.pop(slot_i, None)
+        if len(candidates) < 2:
+            self._slot_nodes[slot_i] = candidates[0] if candidates else None
+            return self._actor_cls.remote()
+        used = collections.Counter(self._slot_nodes.values())
+        node = min(candidates, key=lambda n: used[n])
+        self._slot_nodes[slot_i] = node
+        return self._actor_cls.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=True)).remote()
 
     def _collect(self, ref: Any, flight: _Flight, pending: collections.deque[_Pending]) -> Trajectory | None:
         """Turn one finished ref into a trajectory, or queue the job again if its actor died."""
