@@ -16,7 +16,11 @@ Contract:
   the node with the fewest of this pool's actors), pinned softly, so a node that died is simply skipped.
 - An actor that dies (crash, OOM, `ray.kill`) is replaced and its in-flight jobs are retried; a job tried
   `max_attempts` times without an answer becomes a `stop_reason="error"` trajectory with the last error
-  text (score 0). A failure inside an episode is the episode's result, never retried.
+  text (score 0). A failure inside an episode is the episode's result, never retried, with one exception:
+- A model server that dies: an episode that ends in `model_error` on a server that then fails a health probe
+  (`JobTiming.server_down`) marks that server down for the rest of the pool's life (one warning names it)
+  and, while the model has another server, the job starts over there (an attempt, counted in
+  `stats.rerouted`). With no server left the `model_error` trajectory is the job's result.
 - Trajectories come back through Ray object refs to the driver; actors share no state.
 
 `RolloutJob` and `Limits` live in `agents.jobs` (re-exported here).
@@ -25,6 +29,7 @@ Contract:
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +48,7 @@ from agents.records import Trajectory
 # on every turn. (Actors also reset their own niceness where allowed; see pool_actor.)
 LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"worker_niceness": 0}
 ACTOR_MAX_CONCURRENCY = 1024  # the driver enforces the real limits; this only has to stay out of the way
+log = logging.getLogger(__name__)
 _WAIT_S = 1.0  # how long one ray.wait blocks; short so a consumer breaking out is noticed promptly
 
 
@@ -55,6 +61,8 @@ class PoolStats(BaseModel):
     retries: int = 0
     actor_deaths: int = 0
     gave_up: int = 0
+    rerouted: int = 0
+    servers_down: list[str] = []
 
 
 class ActorLoad(BaseModel):
@@ -208,7 +216,14 @@ class RolloutPool:
 
     # --- scheduling -------------------------------------------------------------------------------
     def _servers_for(self, job: RolloutJob) -> list[str | None]:
-        return list(self.api_bases.get(job.model.model, [job.model.api_base]))
+        """The job's servers, less those marked down (all of them if every one is down)."""
+        servers = list(self.api_bases.get(job.model.model, [job.model.api_base]))
+        alive = [s for s in servers if s not in self.stats.servers_down]
+        return alive or servers
+
+    def server_loads(self) -> dict[str | None, int]:
+        """Episodes in flight per model server (None: in-process providers), for monitoring and chaos tests."""
+        return {s: n for s, n in self._server_load.items() if n}
 
     def _capacity(self, server: str | None) -> int:
         # Providers running in the actor process (the oracle) have no server; bound them per actor.
@@ -290,9 +305,27 @@ class RolloutPool:
             return self._retry_or_give_up(flight, f"{type(e).__name__}: {e}", pending)
         traj = Trajectory.model_validate_json(traj_json)
         timing = JobTiming.model_validate_json(timing_json)
+        if timing.server_down and flight.server is not None and self._server_failed(flight, traj):
+            return self._retry_or_give_up(flight, f"model server {flight.server} down: {traj.error}", pending)
         self.timings[traj.id] = timing.model_copy(
             update={"attempts": flight.attempt, "roundtrip_s": time.perf_counter() - flight.t0})
         return traj
+
+    def _server_failed(self, flight: _Flight, traj: Trajectory) -> bool:
+        """Mark the flight's server down; True when the job has another server to start over on."""
+        server = flight.server
+        if server not in self.stats.servers_down:
+            self.stats.servers_down.append(server)
+            others = [s for s in self.api_bases.get(flight.job.model.model, []) if s not in self.stats.servers_down]
+            log.warning("model server %s is down (an episode ended in model_error: %s; GET /models failed): "
+                        "%s for the rest of this pool, its jobs start over on %s", server, traj.error.splitlines()[0][:300]
+                        if traj.error else "", "dropped", others or "no other server (they end as model_error)")
+        if not [s for s in self._servers_for(flight.job) if s not in self.stats.servers_down]:
+            return False
+        self.stats.rerouted += 1
+        log.info("job %s (%s): lost with server %s, retried on another server", flight.job.key,
+                 flight.job.instance.id, server)
+        return True
 
     def _retry_or_give_up(self, flight: _Flight, error: str, pending: collections.deque[_Pending]) -> Trajectory | None:
         errors = [*flight.errors, error]
