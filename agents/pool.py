@@ -13,7 +13,7 @@ Contract:
   a model listed in `api_bases` is routed to its least-loaded server when the episode starts, and the whole
   conversation stays on that server. Jobs go to the actor with the fewest episodes in flight.
 - On a cluster the actors are spread over the alive nodes that have CPUs (round robin; a replacement goes to
-  the node with the fewest of this pool's actors), pinned softly, so a node that died is simply skipped.
+  the node with the fewest of this pool's actors; pinned hard at the start, softly for a replacement).
 - An actor that dies (crash, OOM, `ray.kill`) is replaced and its in-flight jobs are retried; a job tried
   `max_attempts` times without an answer becomes a `stop_reason="error"` trajectory with the last error
   text (score 0). A failure inside an episode is the episode's result, never retried, with one exception:
@@ -140,6 +140,7 @@ class RolloutPool:
         # replacement of a dead actor (or another pool) would wait for.
         self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=ACTOR_MAX_CONCURRENCY)(RolloutActor)
         self._slot_nodes: dict[int, str | None] = {}
+        self._placed: set[int] = set()
         self._slots = [_Slot(handle=self._new_actor(i)) for i in range(n_actors)]
         self._server_load: collections.Counter[str | None] = collections.Counter()
         self._closed = False
@@ -269,8 +270,8 @@ class RolloutPool:
         """Start the actor of one slot on the alive node with the fewest of this pool's actors.
 
         Ray's SPREAD strategy left both actors of a two-node cluster on the head (seen with Ray 2.60 and
-        0-CPU actors), so nodes are chosen here and pinned softly (a node gone by then is skipped by Ray).
-        Nodes with no CPU (a KubeRay head started with num-cpus 0) take no actors when others have CPUs.
+        0-CPU actors), so nodes are chosen here. Nodes with no CPU (a KubeRay head started with num-cpus 0)
+        take no actors when others have CPUs.
         """
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -278,14 +279,18 @@ class RolloutPool:
         with_cpu = [n["NodeID"] for n in nodes if n.get("Resources", {}).get("CPU", 0) > 0]
         candidates = with_cpu or [n["NodeID"] for n in nodes]
         self._slot_nodes.pop(slot_i, None)
+        soft = slot_i in self._placed
+        self._placed.add(slot_i)
         if len(candidates) < 2:
             self._slot_nodes[slot_i] = candidates[0] if candidates else None
             return self._actor_cls.remote()
         used = collections.Counter(self._slot_nodes.values())
         node = min(candidates, key=lambda n: used[n])
         self._slot_nodes[slot_i] = node
-        return self._actor_cls.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=True)).remote()
+        # Hard at the pool's start (soft placement once put both actors on one node of a loaded two-node
+        # cluster); soft for a replacement, whose chosen node may be the next to go.
+        return self._actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id=node, soft=soft)).remote()
 
     def _collect(self, ref: Any, flight: _Flight, pending: collections.deque[_Pending]) -> Trajectory | None:
         """Turn one finished ref into a trajectory, or queue the job again if its actor died."""
@@ -317,9 +322,10 @@ class RolloutPool:
         if server not in self.stats.servers_down:
             self.stats.servers_down.append(server)
             others = [s for s in self.api_bases.get(flight.job.model.model, []) if s not in self.stats.servers_down]
-            log.warning("model server %s is down (an episode ended in model_error: %s; GET /models failed): "
-                        "%s for the rest of this pool, its jobs start over on %s", server, traj.error.splitlines()[0][:300]
-                        if traj.error else "", "dropped", others or "no other server (they end as model_error)")
+            error = traj.error.splitlines()[0][:300] if traj.error else ""
+            log.warning("model server %s is down (an episode on it ended in model_error: %s; then GET /models "
+                        "failed): no more episodes go to it in this pool; its jobs start over on %s", server, error,
+                        others or "no other server of the model (they end as model_error)")
         if not [s for s in self._servers_for(flight.job) if s not in self.stats.servers_down]:
             return False
         self.stats.rerouted += 1
