@@ -4,8 +4,8 @@ the server it started on, and B killed mid-stage (SIGKILL to its process group, 
 rather than drain) loses no rollout: the pool notices B is gone (the episodes
 on it end in model_error and B fails a health probe) and starts those jobs over on A.
 
-Kept lean for 2 cores: B has no LoRA slots and a small window; episodes are 2 forced calls of one tool
-(strict schema, sampled, 48 tokens), so every conversation makes exactly 2 requests. Stickiness is checked
+Kept lean for 2 cores: B has no LoRA slots and a small window; episodes are 4 forced calls of one tool
+(strict schema, sampled, 48 tokens), so every conversation makes exactly 4 requests. Stickiness is checked
 on A's own request counter (Prometheus /metrics): the requests A served in the stage are exactly the turns
 of the trajectories recorded on A.
 """
@@ -31,7 +31,8 @@ from agents.records import ModelRole
 from harness import ToolPolicy
 
 FAMILY, TOOL = "stock_alert", "list_sheets"
-N_JOBS = 10
+N_JOBS = 8
+TURNS = 4
 
 
 @pytest.fixture
@@ -49,12 +50,16 @@ def second_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, i
         stop_server(spec.port, state_dir=state_dir, grace_s=5)
 
 
-def _requests_served(api_base: str) -> float:
-    """vLLM's count of finished requests (all finish reasons) from its Prometheus endpoint."""
+def _metric(api_base: str, name: str) -> float:
+    """A vLLM counter or gauge from its Prometheus endpoint, summed over its labels."""
     text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
-    values = re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, flags=re.M)
-    assert values, "vllm:request_success_total missing from /metrics"
+    values = re.findall(rf"^{re.escape(name)}\{{[^}}]*\}} ([0-9.e+]+)$", text, flags=re.M)
+    assert values, f"{name} missing from /metrics"
     return sum(float(v) for v in values)
+
+
+def _requests_served(api_base: str) -> float:
+    return _metric(api_base, "vllm:request_success_total")
 
 
 def _jobs(api_base: str) -> list[RolloutJob]:
@@ -69,7 +74,7 @@ def _jobs(api_base: str) -> list[RolloutJob]:
     h = h.model_copy(update={"tools": ToolPolicy(hidden=others)})  # one tool in the prompt: short prefills
     role = ModelRole(model="hosted_vllm/tiny", api_base=api_base, max_tokens=48, temperature=1.0, strict_tools=True,
                      retries=1)
-    limits = Limits(max_turns=2, max_tokens_per_turn=48, wall_s=240)
+    limits = Limits(max_turns=TURNS, max_tokens_per_turn=48, wall_s=240)
     choice = {"type": "function", "function": {"name": TOOL}}
     insts = tasks.instances(FAMILY, "val")[: N_JOBS // 2]
     return [RolloutJob(instance=i, harness=h, model=role, seed=s, limits=limits, tool_choice=choice, tag="scaleout-vllm")
@@ -89,7 +94,7 @@ def test_two_servers_spread_stick_and_survive_one_stopped(vllm_server: str, seco
     stop = threading.Event()
     with RolloutPool(n_actors=2, concurrency_per_server=2, max_attempts=3, api_bases={"hosted_vllm/tiny": [a, b]}) as pool:
         def stop_b_mid_stage() -> None:
-            """Once B has answered a request (a conversation is half-way there) and has episodes in flight."""
+            """Once B has answered a first turn and has conversations in flight (3 more turns each to go)."""
             while not stop.is_set():
                 in_flight_b = pool.server_loads().get(b, 0)
                 if in_flight_b > 0 and _requests_served(b) >= 1:
@@ -109,11 +114,11 @@ def test_two_servers_spread_stick_and_survive_one_stopped(vllm_server: str, seco
     served_a = _requests_served(a) - served_a
 
     assert stopped.get("in_flight", 0) > 0, "B was never caught with episodes in flight"
-    # Nothing lost, nothing twice; every rollout a real 2-turn conversation of forced tool calls.
+    # Nothing lost, nothing twice; every rollout a real 4-turn conversation of forced tool calls.
     assert sorted(t.id for t in trajs) == sorted(j.key for j in jobs)
     for t in trajs:
         assert t.stop_reason == "max_turns", (t.stop_reason, t.error)
-        assert [c.name for turn in t.turns for c in turn.tool_calls] == [TOOL, TOOL]
+        assert [c.name for turn in t.turns for c in turn.tool_calls] == [TOOL] * TURNS
     # Spread: B took conversations (and answered requests) before it stopped; the jobs it had in flight started
     # over on A; the ones it finished stay recorded on B, not rerun.
     servers = {k: tm.server for k, tm in timings.items()}
