@@ -26,21 +26,31 @@ from pathlib import Path
 
 import pytest
 
-from deploy.vllm_server import free_port
-
 REPO = Path(__file__).resolve().parent.parent
 RAY = Path(sys.executable).with_name("ray")
 FAST_NODE_DEATH = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "1000",
                    "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
-def _node_cmd(temp_dir: str, resource: str, head_port: int | None) -> list[str]:
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports (all held open while choosing, so the OS cannot hand out one twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _node_cmd(temp_dir: str, resource: str, head_port: int | None, ports: list[int]) -> list[str]:
     """`ray start ... --block` for one node with every listening port its own (two nodes share this host)."""
     cmd = [str(RAY), "start", "--block", "--num-cpus", "1", "--resources", json.dumps({resource: 1}),
            "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0",
            "--node-manager-port", "0", "--object-manager-port", "0", "--object-store-memory", str(200 * 2**20),
-           "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-           "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
+           "--dashboard-agent-listen-port", str(ports[0]), "--dashboard-agent-grpc-port", str(ports[1]),
+           "--runtime-env-agent-port", str(ports[2]), "--metrics-export-port", str(ports[3])]
     if head_port is None:
         return cmd + ["--address", "", "--temp-dir", temp_dir]
     return cmd + ["--head", "--port", str(head_port), "--include-dashboard", "false", "--temp-dir", temp_dir]
@@ -72,18 +82,18 @@ def _stop(proc: subprocess.Popen) -> None:
 def ray_cluster() -> Iterator[dict]:
     """Head + worker node; yields the GCS address and the worker's process group id. Torn down in any case."""
     temp_dir = tempfile.mkdtemp(prefix="rc-", dir="/tmp")  # short: Ray's unix sockets live under it
-    port = free_port()
+    port, *ports = _free_ports(9)
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
     env = {**os.environ, **FAST_NODE_DEATH, **auth, "RAY_worker_niceness": "0"}
     logs = Path(temp_dir) / "start-logs"
     logs.mkdir()
     procs: list[subprocess.Popen] = []
     try:
-        head_cmd = _node_cmd(temp_dir, "scaleout_head", port)
+        head_cmd = _node_cmd(temp_dir, "scaleout_head", port, ports[:4])
         procs.append(subprocess.Popen(head_cmd, env=env, start_new_session=True, stdout=open(logs / "head.out", "w"),
                                       stderr=subprocess.STDOUT))
         _wait_port(port, procs[0], logs / "head.out", timeout_s=90)
-        worker_cmd = _node_cmd(temp_dir, "scaleout_worker", None)
+        worker_cmd = _node_cmd(temp_dir, "scaleout_worker", None, ports[4:])
         worker_cmd[worker_cmd.index("--address") + 1] = f"127.0.0.1:{port}"
         procs.append(subprocess.Popen(worker_cmd, env=env, start_new_session=True,
                                       stdout=open(logs / "worker.out", "w"), stderr=subprocess.STDOUT))
