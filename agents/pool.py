@@ -12,9 +12,15 @@ Contract:
 - The driver schedules: at most `concurrency_per_server` episodes in flight per model server (api_base);
   a model listed in `api_bases` is routed to its least-loaded server when the episode starts, and the whole
   conversation stays on that server. Jobs go to the actor with the fewest episodes in flight.
+- On a cluster the actors are spread over the alive nodes that have CPUs (round robin; a replacement goes to
+  the node with the fewest of this pool's actors; pinned hard at the start, softly for a replacement).
 - An actor that dies (crash, OOM, `ray.kill`) is replaced and its in-flight jobs are retried; a job tried
   `max_attempts` times without an answer becomes a `stop_reason="error"` trajectory with the last error
-  text (score 0). A failure inside an episode is the episode's result, never retried.
+  text (score 0). A failure inside an episode is the episode's result, never retried, with one exception:
+- A model server that dies: an episode that ends in `model_error` on a server that then fails a health probe
+  (`JobTiming.server_down`) marks that server down for the rest of the pool's life (one warning names it)
+  and, while the model has another server, the job starts over there (an attempt, counted in
+  `stats.rerouted`). With no server left the `model_error` trajectory is the job's result.
 - Trajectories come back through Ray object refs to the driver; actors share no state.
 
 `RolloutJob` and `Limits` live in `agents.jobs` (re-exported here).
@@ -23,6 +29,7 @@ Contract:
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +48,7 @@ from agents.records import Trajectory
 # on every turn. (Actors also reset their own niceness where allowed; see pool_actor.)
 LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"worker_niceness": 0}
 ACTOR_MAX_CONCURRENCY = 1024  # the driver enforces the real limits; this only has to stay out of the way
+log = logging.getLogger(__name__)
 _WAIT_S = 1.0  # how long one ray.wait blocks; short so a consumer breaking out is noticed promptly
 
 
@@ -53,6 +61,8 @@ class PoolStats(BaseModel):
     retries: int = 0
     actor_deaths: int = 0
     gave_up: int = 0
+    rerouted: int = 0
+    servers_down: list[str] = []
 
 
 class ActorLoad(BaseModel):
@@ -127,10 +137,11 @@ class RolloutPool:
                          _system_config=LOCAL_RAY_SYSTEM_CONFIG)
             self._owns_ray = True
         # num_cpus=0: an actor mostly awaits model servers, so it must not hold a core that the
-        # replacement of a dead actor (or another pool) would wait for; SPREAD puts them on separate nodes.
-        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=ACTOR_MAX_CONCURRENCY,
-                                     scheduling_strategy="SPREAD")(RolloutActor)
-        self._slots = [_Slot(handle=self._actor_cls.remote()) for _ in range(n_actors)]
+        # replacement of a dead actor (or another pool) would wait for.
+        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=ACTOR_MAX_CONCURRENCY)(RolloutActor)
+        self._slot_nodes: dict[int, str | None] = {}
+        self._placed: set[int] = set()
+        self._slots = [_Slot(handle=self._new_actor(i)) for i in range(n_actors)]
         self._server_load: collections.Counter[str | None] = collections.Counter()
         self._closed = False
 
@@ -206,7 +217,14 @@ class RolloutPool:
 
     # --- scheduling -------------------------------------------------------------------------------
     def _servers_for(self, job: RolloutJob) -> list[str | None]:
-        return list(self.api_bases.get(job.model.model, [job.model.api_base]))
+        """The job's servers, less those marked down (all of them if every one is down)."""
+        servers = list(self.api_bases.get(job.model.model, [job.model.api_base]))
+        alive = [s for s in servers if s not in self.stats.servers_down]
+        return alive or servers
+
+    def server_loads(self) -> dict[str | None, int]:
+        """Episodes in flight per model server (None: in-process providers), for monitoring and chaos tests."""
+        return {s: n for s, n in self._server_load.items() if n}
 
     def _capacity(self, server: str | None) -> int:
         # Providers running in the actor process (the oracle) have no server; bound them per actor.
@@ -246,7 +264,33 @@ class RolloutPool:
             ray.kill(slot.handle, no_restart=True)
         except Exception:  # already gone; the kill only makes sure a half-alive actor is not reused
             pass
-        self._slots[slot_i] = _Slot(handle=self._actor_cls.remote(), generation=generation + 1)
+        self._slots[slot_i] = _Slot(handle=self._new_actor(slot_i), generation=generation + 1)
+
+    def _new_actor(self, slot_i: int) -> Any:
+        """Start the actor of one slot on the alive node with the fewest of this pool's actors.
+
+        Ray's SPREAD strategy left both actors of a two-node cluster on the head (seen with Ray 2.60 and
+        0-CPU actors), so nodes are chosen here. Nodes with no CPU (a KubeRay head started with num-cpus 0)
+        take no actors when others have CPUs.
+        """
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        with_cpu = [n["NodeID"] for n in nodes if n.get("Resources", {}).get("CPU", 0) > 0]
+        candidates = with_cpu or [n["NodeID"] for n in nodes]
+        self._slot_nodes.pop(slot_i, None)
+        soft = slot_i in self._placed
+        self._placed.add(slot_i)
+        if len(candidates) < 2:
+            self._slot_nodes[slot_i] = candidates[0] if candidates else None
+            return self._actor_cls.remote()
+        used = collections.Counter(self._slot_nodes.values())
+        node = min(candidates, key=lambda n: used[n])
+        self._slot_nodes[slot_i] = node
+        # Hard at the pool's start (soft placement once put both actors on one node of a loaded two-node
+        # cluster); soft for a replacement, whose chosen node may be the next to go.
+        return self._actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id=node, soft=soft)).remote()
 
     def _collect(self, ref: Any, flight: _Flight, pending: collections.deque[_Pending]) -> Trajectory | None:
         """Turn one finished ref into a trajectory, or queue the job again if its actor died."""
@@ -266,9 +310,28 @@ class RolloutPool:
             return self._retry_or_give_up(flight, f"{type(e).__name__}: {e}", pending)
         traj = Trajectory.model_validate_json(traj_json)
         timing = JobTiming.model_validate_json(timing_json)
+        if timing.server_down and flight.server is not None and self._server_failed(flight, traj):
+            return self._retry_or_give_up(flight, f"model server {flight.server} down: {traj.error}", pending)
         self.timings[traj.id] = timing.model_copy(
             update={"attempts": flight.attempt, "roundtrip_s": time.perf_counter() - flight.t0})
         return traj
+
+    def _server_failed(self, flight: _Flight, traj: Trajectory) -> bool:
+        """Mark the flight's server down; True when the job has another server to start over on."""
+        server = flight.server
+        if server not in self.stats.servers_down:
+            self.stats.servers_down.append(server)
+            others = [s for s in self.api_bases.get(flight.job.model.model, []) if s not in self.stats.servers_down]
+            error = traj.error.splitlines()[0][:300] if traj.error else ""
+            log.warning("model server %s is down (an episode on it ended in model_error: %s; then GET /models "
+                        "failed): no more episodes go to it in this pool; its jobs start over on %s", server, error,
+                        others or "no other server of the model (they end as model_error)")
+        if not [s for s in self._servers_for(flight.job) if s not in self.stats.servers_down]:
+            return False
+        self.stats.rerouted += 1
+        log.info("job %s (%s): lost with server %s, retried on another server", flight.job.key,
+                 flight.job.instance.id, server)
+        return True
 
     def _retry_or_give_up(self, flight: _Flight, error: str, pending: collections.deque[_Pending]) -> Trajectory | None:
         errors = [*flight.errors, error]

@@ -43,6 +43,8 @@ class JobTiming(BaseModel):
     model_s: float = Field(default=0.0, description="Sum of the turns' model-call latencies.")
     env_s: float = Field(default=0.0, description="Time inside the environment: make_env, its methods, close.")
     roundtrip_s: float = Field(default=0.0, description="At the driver: dispatch of the last attempt .. result back.")
+    server_down: bool = Field(default=False, description="The episode ended in model_error and its server then "
+                              "failed a health probe (GET /models): the pool retries the job on another replica.")
 
     @property
     def overhead_s(self) -> float:
@@ -161,12 +163,28 @@ async def execute_job(job: RolloutJob, api_base: str | None) -> tuple[Trajectory
             except Exception as e:  # a leaky close must not turn a finished episode into a failure
                 logging.getLogger(__name__).warning("env.close() for %s raised %s: %s", job.instance.id, type(e).__name__, e)
     episode_s = time.perf_counter() - t0
+    down = traj.stop_reason == "model_error" and api_base is not None and not await server_answers(api_base)
     traj = traj.model_copy(update={"id": job.key, "model_id": job.model.id, "tag": job.tag})
     timing = JobTiming(
         key=job.key, server=api_base, turns=len(traj.turns), episode_s=episode_s,
-        model_s=sum(t.latency_s for t in traj.turns), env_s=timer.total_s,
+        model_s=sum(t.latency_s for t in traj.turns), env_s=timer.total_s, server_down=down,
     )
     return traj, timing
+
+
+async def server_answers(api_base: str, timeout_s: float = 5.0) -> bool:
+    """Whether the model server at `api_base` still answers (any reply below 500 to GET /models, a 401 included).
+
+    Asked after an episode ended in `model_error`: a server that is gone (connection refused, reset, timeout)
+    means the episode was lost to the infrastructure, not answered by the model."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            r = await client.get(f"{api_base.rstrip('/')}/models")
+    except httpx.HTTPError:
+        return False
+    return r.status_code < 500
 
 
 def _undo_worker_niceness() -> None:

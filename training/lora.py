@@ -190,15 +190,31 @@ def _full_batches(plan: list[tuple[int, list[int]]], effective_batch: int, n_exa
     return full
 
 
+def make_accelerator(precision: str) -> Any:
+    """The run's `Accelerator`. Under a multi-process launcher (WORLD_SIZE > 1) on a machine with no CUDA,
+    accelerate only forms a process group when told `cpu=True` (DDP over gloo); without it every process
+    believes it is rank 0 of 1 and trains and writes the whole run on its own. Refuse that state."""
+    from accelerate import Accelerator
+
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    cpu_ddp = launched > 1 and not torch.cuda.is_available()
+    if cpu_ddp:
+        log.info("WORLD_SIZE=%d and no CUDA: data-parallel training on CPU (DDP over gloo)", launched)
+    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=cpu_ddp)
+    if accelerator.num_processes != launched:
+        raise RuntimeError(f"launched as {launched} processes (WORLD_SIZE) but accelerate formed a group of "
+                           f"{accelerator.num_processes}: check the accelerate config's distributed_type")
+    return accelerator
+
+
 def _setup(n_examples: int, base: Path, config: TrainConfig, seed: int, accelerator: Any) -> _Setup:
     """Check the batch split, load base + LoRA (seeded), build optimizer, scheduler and the step plan."""
-    from accelerate import Accelerator
     from accelerate.utils import DistributedType
 
     if not n_examples:
         raise ValueError("the dataset has no examples; check its manifest's dropped counts")
     precision = _precision(config)
-    accelerator = accelerator or Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
+    accelerator = accelerator or make_accelerator(precision)
     world = accelerator.num_processes
     if config.effective_batch % (world * config.micro_batch):
         raise ValueError(f"effective_batch {config.effective_batch} is not a multiple of processes ({world}) x "
@@ -365,14 +381,13 @@ def train_seeds(
 ) -> list[TrainSummary]:
     """One adapter per seed in `out/seed-<s>/` (seeds 0..config.seeds-1 unless given); finished seeds are
     skipped, interrupted ones resume."""
-    from accelerate import Accelerator
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     seeds = range(config.seeds) if seeds is None else seeds
     examples, _ = load_dataset(data)
     data_hash = manifest_sha256(data)
     precision = _precision(config)
-    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
+    accelerator = make_accelerator(precision)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[tps]:.0f} trained tok/s"),

@@ -1,0 +1,132 @@
+"""Two vLLM CPU servers of the same student behind one RolloutPool: the session's shared server (A) and a
+second one started here (B) on the same tiny model. Requests spread over both, each conversation stays on
+the server it started on, and B killed mid-stage (SIGKILL to its process group, so requests in flight die
+rather than drain) loses no rollout: the pool notices B is gone (the episodes
+on it end in model_error and B fails a health probe) and starts those jobs over on A.
+
+Kept lean for 2 cores: B has no LoRA slots and a small window; episodes are 4 forced calls of one tool
+(strict schema, sampled, 48 tokens), so every conversation makes exactly 4 requests. Stickiness is checked
+on A's own request counter (Prometheus /metrics): the requests A served in the stage are exactly the turns
+of the trajectories recorded on A.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import harness
+import tasks
+from agents.jobs import Limits, RolloutJob
+from agents.pool import RolloutPool
+from agents.records import ModelRole
+from harness import ToolPolicy
+
+FAMILY, TOOL = "stock_alert", "list_sheets"
+N_JOBS = 8
+TURNS = 4
+
+
+@pytest.fixture
+def second_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
+    """Server B: same weights, served under the same name as the shared server (`tiny`)."""
+    from deploy.vllm_server import ServeSpec, free_port, start_server, stop_server
+
+    state_dir = tmp_path / "vllm-b"
+    spec = ServeSpec(model=str(tiny_model_dir), name="tiny", port=free_port(), enable_lora=False,
+                     max_model_len=4096, cpu_kvcache_gib=1)
+    handle = start_server(spec, state_dir=state_dir, ready_timeout_s=400)
+    try:
+        yield handle.api_base, spec.port, state_dir
+    finally:
+        stop_server(spec.port, state_dir=state_dir, grace_s=5)
+
+
+def _metric(api_base: str, name: str) -> float:
+    """A vLLM counter or gauge from its Prometheus endpoint, summed over its labels."""
+    text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
+    values = re.findall(rf"^{re.escape(name)}\{{[^}}]*\}} ([0-9.e+]+)$", text, flags=re.M)
+    assert values, f"{name} missing from /metrics"
+    return sum(float(v) for v in values)
+
+
+def _requests_served(api_base: str) -> float:
+    return _metric(api_base, "vllm:request_success_total")
+
+
+def _jobs(api_base: str) -> list[RolloutJob]:
+    if FAMILY not in tasks.families():
+        pytest.skip(f"needs the {FAMILY} family")
+    h = harness.baseline(FAMILY)
+    env = tasks.make_env(tasks.instances(FAMILY, "val")[0])
+    try:
+        others = sorted(t.name for t in env.tools() if t.name != TOOL)
+    finally:
+        env.close()
+    h = h.model_copy(update={"tools": ToolPolicy(hidden=others)})  # one tool in the prompt: short prefills
+    role = ModelRole(model="hosted_vllm/tiny", api_base=api_base, max_tokens=48, temperature=1.0, strict_tools=True,
+                     retries=1)
+    limits = Limits(max_turns=TURNS, max_tokens_per_turn=48, wall_s=240)
+    choice = {"type": "function", "function": {"name": TOOL}}
+    insts = tasks.instances(FAMILY, "val")[: N_JOBS // 2]
+    return [RolloutJob(instance=i, harness=h, model=role, seed=s, limits=limits, tool_choice=choice, tag="scaleout-vllm")
+            for i in insts for s in range(2)]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_servers_spread_stick_and_survive_one_stopped(vllm_server: str, second_server: tuple[str, int, Path],
+                                                          ray_local: None) -> None:
+    from deploy.vllm_server import find_server
+
+    a, (b, b_port, b_state) = vllm_server, second_server
+    jobs = _jobs(a)
+    stopped: dict[str, float] = {}
+    served_a = _requests_served(a)
+    stop = threading.Event()
+    with RolloutPool(n_actors=2, concurrency_per_server=2, max_attempts=3, api_bases={"hosted_vllm/tiny": [a, b]}) as pool:
+        def stop_b_mid_stage() -> None:
+            """Once B has answered a first turn and has conversations in flight (3 more turns each to go)."""
+            while not stop.is_set():
+                in_flight_b = pool.server_loads().get(b, 0)
+                if in_flight_b > 0 and _requests_served(b) >= 1:
+                    stopped.update(in_flight=in_flight_b, done_on_b=sum(t.server == b for t in list(pool.timings.values())))
+                    os.killpg(find_server(b_port, b_state).pid, signal.SIGKILL)  # a crash: in-flight requests die too
+                    return
+                time.sleep(0.05)
+
+        stopper = threading.Thread(target=stop_b_mid_stage)
+        stopper.start()
+        try:
+            trajs = list(pool.stream(jobs))
+        finally:
+            stop.set()
+            stopper.join()
+        stats, timings = pool.stats, dict(pool.timings)
+    served_a = _requests_served(a) - served_a
+
+    assert stopped.get("in_flight", 0) > 0, "B was never caught with episodes in flight"
+    # Nothing lost, nothing twice; every rollout a real 4-turn conversation of forced tool calls.
+    assert sorted(t.id for t in trajs) == sorted(j.key for j in jobs)
+    for t in trajs:
+        assert t.stop_reason == "max_turns", (t.stop_reason, t.error)
+        assert [c.name for turn in t.turns for c in turn.tool_calls] == [TOOL] * TURNS
+    # Spread: B took conversations (and answered requests) before it stopped; the jobs it had in flight started
+    # over on A; the ones it finished stay recorded on B, not rerun.
+    servers = {k: tm.server for k, tm in timings.items()}
+    assert set(servers.values()) <= {a, b} and a in servers.values()
+    assert sum(s == b for s in servers.values()) >= stopped["done_on_b"]
+    assert stats.servers_down == [b] and stats.rerouted >= 1 and stats.gave_up == 0
+    rerouted = [k for k, tm in timings.items() if tm.attempts > 1]
+    assert len(rerouted) == stats.rerouted and all(servers[k] == a for k in rerouted)
+    # Stickiness: A answered exactly the turns of the conversations recorded on A (none of B's half-done ones).
+    turns_on_a = sum(len(t.turns) for t in trajs if servers[t.id] == a)
+    assert served_a == turns_on_a, (served_a, turns_on_a)
