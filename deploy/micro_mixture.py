@@ -16,6 +16,8 @@ text with behaviour: that is what should make M0 read its harness.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from pathlib import Path
 
 from harness.baseline import baseline
 from harness.edits import AddHook, HarnessEdit, InsertSection, RemoveSection, SetContextPolicy, apply_edits
@@ -36,6 +38,13 @@ def knowledge_sections(family: str, keys: list[str] | None = None) -> list[Inser
 def named_harness(family: str) -> Harness:
     """`hK`: h0 with every knowledge item of the family's card stated (the mixture's named harness)."""
     return apply_edits(baseline(family), knowledge_sections(family))
+
+
+def write_named_harnesses(out: Path, families: Sequence[str]) -> Path:
+    """`out/<family>.yaml` = hK of each family: a harness DIR for `--harness` (`coevo rollout`, run configs)."""
+    for family in families:
+        named_harness(family).dump(Path(out) / f"{family}.yaml")
+    return Path(out)
 
 
 def _output_hooks(family: str) -> list[AddHook]:

@@ -28,12 +28,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deploy.micro_mixture import write_named_harnesses
 from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
 FAMILIES = ("stock_alert", "anomaly_detection", "budget_approval", "code_refactor")
 DEMO_WEIGHTS = {"anomaly_detection": 1.5, "code_refactor": 1.5, "stock_alert": 0.5, "budget_approval": 0.5}
 BUILD_RECORD = "micro_build.json"
+HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
 
 
 class MicroSpec(BaseModel):
@@ -63,7 +65,7 @@ class MicroSpec(BaseModel):
     train: PretrainConfig = PretrainConfig(steps=600, checkpoint_every=50)
 
 
-async def _demos_async(spec: MicroSpec, concurrency: int = 4) -> list[tuple[str, Any]]:
+async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = True) -> list[tuple[str, Any]]:
     import tasks
     from agents.client import ModelRole
     from agents.rollout import run_episode
@@ -86,24 +88,32 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4) -> list[tuple[str,
             finally:
                 if show:
                     model.close()
+        bar.update(1)
         return label, traj
 
+    from tqdm import tqdm
+
     rng = random.Random(spec.seed)
+    n_total = sum(max(1, round(spec.demos_per_family * spec.demo_weights.get(f, 1.0))) for f in spec.families)
+    bar = tqdm(total=n_total, desc="micro demonstrations", unit="demo", disable=not progress, dynamic_ncols=True)
     jobs = []
     for family in spec.families:
         n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
         for index in range(1000, 1000 + n):
             label, harness = draw(family, rng, spec.p_h0, spec.p_hk)  # drawn in a fixed order: seeded
             jobs.append(one(family, index, label, harness))
-    return list(await asyncio.gather(*jobs))
+    try:
+        return list(await asyncio.gather(*jobs))
+    finally:
+        bar.close()
 
 
-def demonstrations(spec: MicroSpec) -> list[tuple[str, Any]]:
+def demonstrations(spec: MicroSpec, progress: bool = True) -> list[tuple[str, Any]]:
     """(mixture label, Trajectory) for every demonstration, in a fixed order."""
     from agents.client import close_provider_environments
 
     try:
-        return asyncio.run(_demos_async(spec))
+        return asyncio.run(_demos_async(spec, progress=progress))
     finally:
         close_provider_environments()
 
@@ -215,7 +225,7 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    pairs = demonstrations(spec)
+    pairs = demonstrations(spec, progress)
     if spec.only_successful:
         pairs = [(label, t) for label, t in pairs if t.verdict.score >= 1.0]
     trajs = [t for _, t in pairs]
@@ -230,6 +240,7 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))
+    write_named_harnesses(out / HARNESS_DIR, spec.families)
     _write_record(out, spec, model, figures, report, time.perf_counter() - t0)
     return out
 

@@ -49,6 +49,7 @@ def test_build_is_deterministic_and_records_its_figures(built: tuple[Path, Path]
     assert by_family["anomaly_detection"]["success"] == 1.0  # the show-your-work policy solves what it shows
     assert record["training"]["steps"] == 4 and record["training"]["tokens_seen"] > 0
     assert not list((a / ".work").glob("*/pretrain_checkpoint.pt"))  # removed once training finished
+    assert sorted(p.stem for p in (a / "harness_hK").glob("*.yaml")) == sorted(FAMILIES)
     config = json.loads((a / "config.json").read_text())
     assert config["model_type"] == "qwen3" and config["head_dim"] == 64
 
