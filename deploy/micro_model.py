@@ -33,7 +33,7 @@ from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
 FAMILIES = ("stock_alert", "anomaly_detection", "budget_approval", "code_refactor")
-DEMO_WEIGHTS = {"anomaly_detection": 1.5, "code_refactor": 1.5, "stock_alert": 0.5, "budget_approval": 0.5}
+DEMO_WEIGHTS = {"anomaly_detection": 1.0, "code_refactor": 1.2, "stock_alert": 0.2, "budget_approval": 0.2}
 BUILD_RECORD = "micro_build.json"
 HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
 
@@ -43,10 +43,13 @@ class MicroSpec(BaseModel):
 
     seed: int = 0
     families: tuple[str, ...] = FAMILIES
-    demos_per_family: int = Field(default=175, ge=1, description="pretrain instances 1000.. per family (x weight)")
+    demos_per_family: int = Field(default=100, ge=1, description="pretrain instances 1000.. per family (x weight)")
     demo_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEMO_WEIGHTS),
         description="family -> multiplier of demos_per_family (families with a show-your-work policy get more)")
+    show_work_only: tuple[str, ...] = Field(
+        default=("code_refactor",), description="families demonstrated only on instances a show-your-work "
+                                                "policy covers (code_refactor: renames)")
     show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
                                                       "(deploy/micro_policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
@@ -54,15 +57,32 @@ class MicroSpec(BaseModel):
     p_hk: float = Field(default=0.25, ge=0, le=1, description="share under hK (h0 + every knowledge item)")
     only_successful: bool = Field(default=False, description="keep only demonstrations that scored 1.0")
     vocab_size: int = Field(default=4096, ge=600)
-    hidden_size: int = 256
-    intermediate_size: int = 768
+    hidden_size: int = 192
+    intermediate_size: int = 512
     num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
+    num_attention_heads: int = 3
+    num_key_value_heads: int = 1
     head_dim: int = Field(default=64, description="64: vLLM CPU attention rejects smaller heads")
     max_len: int = Field(default=6144, gt=0, description="demonstrations longer than this (tokens) are dropped")
     max_position_embeddings: int = 32768
-    train: PretrainConfig = PretrainConfig(steps=600, checkpoint_every=50)
+    train: PretrainConfig = PretrainConfig(steps=260, warmup_steps=20, checkpoint_every=20)
+
+
+def _indices(spec: MicroSpec, family: str) -> list[int]:
+    """The pretrain indices a family is demonstrated on: the first n (n = demos_per_family x weight), or, for a
+    family in `show_work_only`, the first n that its show-your-work policy covers."""
+    import tasks
+    from deploy.micro_policies import has_policy
+
+    n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
+    if family not in spec.show_work_only:
+        return list(range(1000, 1000 + n))
+    fam, out, index = tasks.get(family), [], 1000
+    while len(out) < n:
+        if has_policy(fam.generate(index)):
+            out.append(index)
+        index += 1
+    return out
 
 
 async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = True) -> list[tuple[str, Any]]:
@@ -94,12 +114,11 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
     from tqdm import tqdm
 
     rng = random.Random(spec.seed)
-    n_total = sum(max(1, round(spec.demos_per_family * spec.demo_weights.get(f, 1.0))) for f in spec.families)
+    n_total = sum(len(_indices(spec, f)) for f in spec.families)
     bar = tqdm(total=n_total, desc="micro demonstrations", unit="demo", disable=not progress, dynamic_ncols=True)
     jobs = []
     for family in spec.families:
-        n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
-        for index in range(1000, 1000 + n):
+        for index in _indices(spec, family):
             label, harness = draw(family, rng, spec.p_h0, spec.p_hk)  # drawn in a fixed order: seeded
             jobs.append(one(family, index, label, harness))
     try:
