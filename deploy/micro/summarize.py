@@ -6,6 +6,7 @@ paired bootstrap of hK - h0 per family (units: (instance, seed); resampled by in
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -45,5 +46,36 @@ def main(root: Path) -> None:
                                          for r in stops.iter_rows(named=True)))
 
 
+FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stock_alert": "get_email_template",
+              "budget_approval": "list_documents"}  # what every demonstration opens with
+
+
+def behaviour(root: Path) -> None:
+    """How far the episodes got: the demonstrated first call, malformed calls, and (code_refactor renames)
+    whether the instruction's old name was copied into any call."""
+    from agents.trajectory_table import read_trajectories
+
+    print("\nbehaviour:")
+    for harness in ("h0", "hK"):
+        for d in sorted((root / harness).glob("*")):
+            ts = read_trajectories(d)
+            if not ts:
+                continue
+            family = ts[0].instance.family
+            opening = FIRST_CALL.get(family)
+            first = sum(bool(t.turns and t.turns[0].tool_calls and t.turns[0].tool_calls[0].name == opening) for t in ts)
+            calls = sum(len(u.tool_calls) for t in ts for u in t.turns)
+            malformed = sum(u.malformed_tool_calls for t in ts for u in t.turns)
+            line = (f"  {harness} {family}: {len(ts)} episodes, demonstrated first call {first}, calls {calls}, "
+                    f"malformed {malformed}")
+            renames = [(t, re.search(r"Rename the function `(\w+)`", t.instance.instruction)) for t in ts]
+            renames = [(t, m.group(1)) for t, m in renames if m]
+            if renames:
+                copied = sum(any(old in str(c.arguments) for u in t.turns for c in u.tool_calls) for t, old in renames)
+                line += f"; rename episodes {len(renames)}, old name copied into a call in {copied}"
+            print(line)
+
+
 if __name__ == "__main__":
     main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/micro-eval"))
+    behaviour(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/micro-eval"))
