@@ -11,7 +11,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from deploy import tiny_model, vllm_server
+import tasks
+from deploy import micro_model, tiny_model, vllm_server
 from flows.cli_options import existing_path, fail
 
 console = Console()
@@ -30,6 +31,42 @@ def model_tiny(
     with console.status(f"building tiny model (seed {seed})"):
         path = tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=seed))
     console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
+
+
+_MICRO = micro_model.MicroSpec()
+
+
+@model_app.command("micro")
+def model_micro(
+    out: Annotated[Path, typer.Option(help="Output directory for weights, tokenizer, spec and build record.")],
+    seed: Annotated[int, typer.Option(help="Seed of the harness mixture, the policy's faults, the init and the "
+                                           "data order: same seed (same machine), byte-identical weights.")] = 0,
+    steps: Annotated[int, typer.Option(min=1, help="Training steps (one demonstration each); fixed, not timed.")] = _MICRO.train.steps,
+    demos_per_family: Annotated[int, typer.Option(min=1, help="pretrain instances 1000.. per family, times the "
+                                                   "family's weight (MicroSpec.demo_weights).")] = _MICRO.demos_per_family,
+    families: Annotated[str, typer.Option(help="Comma-separated families to demonstrate.")] = ",".join(micro_model.FAMILIES),
+    threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = _MICRO.train.threads,
+    work_dir: Annotated[Optional[Path], typer.Option(
+        help="Checkpoint folder (default OUT/.work); a rerun with the same spec resumes from it.")] = None,
+) -> None:
+    """Build M0, the micro student: a small Qwen3-architecture model trained from scratch on CPU.
+
+    Demonstrations of flawed/<family>@native (SIMULATED) on the pretrain split (indices >= 1000) under a
+    mixture of harnesses (h0, hK = h0 + the knowledge card, random typed-edit variations), a tokenizer
+    trained on them, full-parameter training with a progress bar. See deploy/micro/README.md.
+    """
+    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+        fail(f"--out: {out} is not a directory path (a file is in the way)")
+    names = tuple(f.strip() for f in families.split(",") if f.strip())
+    known = set(tasks.families())
+    if not names or any(f not in known for f in names):
+        fail(f"--families: unknown {', '.join(f for f in names if f not in known) or '(none given)'}; "
+             f"known: {', '.join(sorted(known))}")
+    base = micro_model.MicroSpec()
+    spec = micro_model.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
+                                 train=base.train.model_copy(update={"steps": steps, "threads": threads}))
+    path = micro_model.build_micro_model(out, spec, work_dir=work_dir)
+    console.print(f"[green]built[/] {path}  sha256(weights)={micro_model.weights_digest(path)}")
 
 
 @serve_app.command("start")

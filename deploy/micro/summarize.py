@@ -1,0 +1,81 @@
+"""Success of M0 per family under h0 and hK (runs/micro-eval, written by deploy/micro/evaluate.sh) with the
+paired bootstrap of hK - h0 per family (units: (instance, seed); resampled by instance).
+
+    PYTHONPATH=$PWD .venv/bin/python deploy/micro/summarize.py [runs/micro-eval]
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from agents.trajectory_table import read_frame
+from analysis.stats import paired_bootstrap
+
+
+def main(root: Path) -> None:
+    frames = []
+    for harness in ("h0", "hK"):
+        for d in sorted((root / harness).glob("*")):
+            f = read_frame(d)
+            if not f.is_empty():
+                frames.append(f.with_columns(pl.lit(harness).alias("pair")))
+    frame = pl.concat(frames, how="diagonal_relaxed")
+    print("| family | h0 success | hK success | hK - h0 (95% CI, paired bootstrap) | significant |")
+    print("|---|---|---|---|---|")
+    for family in sorted(frame["family"].unique().to_list()):
+        sub = frame.filter(pl.col("family") == family)
+        cells = []
+        for harness in ("h0", "hK"):
+            h = sub.filter(pl.col("pair") == harness)
+            n_inst = h["instance_id"].n_unique()
+            cells.append(f"{h['passed'].sum()}/{h.height} = {100 * h['passed'].mean():.1f}% ({n_inst} inst.)"
+                         if h.height else "-")
+        try:
+            d = paired_bootstrap(sub, "hK", "h0", family=family)
+            diff = f"{100 * d.diff:+.1f} pts [{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]"
+            sig = "yes" if d.significant else "no"
+        except ValueError as e:
+            diff, sig = str(e), "-"
+        print(f"| {family} | {cells[0]} | {cells[1]} | {diff} | {sig} |")
+    stops = frame.group_by("pair", "family", "stop_reason").len().sort("pair", "family", "stop_reason")
+    print("\nstop reasons:\n" + "\n".join(f"  {r['pair']} {r['family']} {r['stop_reason']}: {r['len']}"
+                                         for r in stops.iter_rows(named=True)))
+
+
+FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stock_alert": "get_email_template",
+              "budget_approval": "list_documents"}  # what every demonstration opens with
+
+
+def behaviour(root: Path) -> None:
+    """How far the episodes got: the demonstrated first call, malformed calls, and (code_refactor renames)
+    whether the instruction's old name was copied into any call."""
+    from agents.trajectory_table import read_trajectories
+
+    print("\nbehaviour:")
+    for harness in ("h0", "hK"):
+        for d in sorted((root / harness).glob("*")):
+            ts = read_trajectories(d)
+            if not ts:
+                continue
+            family = ts[0].instance.family
+            opening = FIRST_CALL.get(family)
+            first = sum(bool(t.turns and t.turns[0].tool_calls and t.turns[0].tool_calls[0].name == opening) for t in ts)
+            calls = sum(len(u.tool_calls) for t in ts for u in t.turns)
+            malformed = sum(u.malformed_tool_calls for t in ts for u in t.turns)
+            line = (f"  {harness} {family}: {len(ts)} episodes, demonstrated first call {first}, calls {calls}, "
+                    f"malformed {malformed}")
+            renames = [(t, re.search(r"Rename the function `(\w+)`", t.instance.instruction)) for t in ts]
+            renames = [(t, m.group(1)) for t, m in renames if m]
+            if renames:
+                copied = sum(any(old in str(c.arguments) for u in t.turns for c in u.tool_calls) for t, old in renames)
+                line += f"; rename episodes {len(renames)}, old name copied into a call in {copied}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/micro-eval"))
+    behaviour(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/micro-eval"))

@@ -1,0 +1,277 @@
+"""Build the micro student M0: a small Qwen3-architecture model trained from scratch on demonstrations.
+
+    coevo model micro --out deploy/micro --seed 0
+
+Steps, all deterministic for a spec on one machine (same spec -> byte-identical weights):
+1. demonstrations on `pretrain` instances (indices >= 1000), each under a harness drawn from the mixture of
+   `deploy.micro_mixture` (h0, hK, random typed-edit variations): a show-your-work policy where one exists
+   (deploy/micro_policies.py: anomaly_detection, code_refactor renames), else `flawed/<family>@native`
+   (SIMULATED policy);
+2. a byte-level BPE tokenizer trained on the rendered demonstrations, digits split one per token (numbers
+   and ids are then copied digit by digit), the Qwen-style chat template of the tiny model, `<tool_call>`
+   tool format (served with vLLM's hermes parser);
+3. a Qwen3-architecture model (head_dim 64: vLLM CPU) initialised from the seed and trained full-parameter
+   on the assistant tokens (`training.pretrain`), with a progress bar;
+4. weights, tokenizer, the spec and a build record (demonstration and training figures) written to --out.
+Served like the tiny model (`coevo serve start --model DIR`), LoRA-trainable with `coevo train`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deploy.micro_mixture import write_named_harnesses
+from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
+from training.pretrain import PretrainConfig, PretrainReport
+
+FAMILIES = ("stock_alert", "anomaly_detection", "budget_approval", "code_refactor")
+DEMO_WEIGHTS = {"anomaly_detection": 1.0, "code_refactor": 1.2, "stock_alert": 0.2, "budget_approval": 0.2}
+BUILD_RECORD = "micro_build.json"
+HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
+
+
+class MicroSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seed: int = 0
+    families: tuple[str, ...] = FAMILIES
+    demos_per_family: int = Field(default=100, ge=1, description="pretrain instances 1000.. per family (x weight)")
+    demo_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEMO_WEIGHTS),
+        description="family -> multiplier of demos_per_family (families with a show-your-work policy get more)")
+    show_work_only: tuple[str, ...] = Field(
+        default=("code_refactor",), description="families demonstrated only on instances a show-your-work "
+                                                "policy covers (code_refactor: renames)")
+    show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
+                                                      "(deploy/micro_policies.py) instead of the flawed policy")
+    profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
+    p_h0: float = Field(default=0.25, ge=0, le=1, description="share of demonstrations under h0")
+    p_hk: float = Field(default=0.25, ge=0, le=1, description="share under hK (h0 + every knowledge item)")
+    only_successful: bool = Field(default=False, description="keep only demonstrations that scored 1.0")
+    vocab_size: int = Field(default=4096, ge=600)
+    hidden_size: int = 192
+    intermediate_size: int = 512
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 3
+    num_key_value_heads: int = 1
+    head_dim: int = Field(default=64, description="64: vLLM CPU attention rejects smaller heads")
+    max_len: int = Field(default=6144, gt=0, description="demonstrations longer than this (tokens) are dropped")
+    max_position_embeddings: int = 32768
+    train: PretrainConfig = PretrainConfig(steps=260, warmup_steps=20, checkpoint_every=20)
+
+
+def _indices(spec: MicroSpec, family: str) -> list[int]:
+    """The pretrain indices a family is demonstrated on: the first n (n = demos_per_family x weight), or, for a
+    family in `show_work_only`, the first n that its show-your-work policy covers."""
+    import tasks
+    from deploy.micro_policies import has_policy
+
+    n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
+    if family not in spec.show_work_only:
+        return list(range(1000, 1000 + n))
+    fam, out, index = tasks.get(family), [], 1000
+    while len(out) < n:
+        if has_policy(fam.generate(index)):
+            out.append(index)
+        index += 1
+    return out
+
+
+async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = True) -> list[tuple[str, Any]]:
+    import tasks
+    from agents.client import ModelRole
+    from agents.rollout import run_episode
+    from deploy.micro_mixture import draw
+    from deploy.micro_policies import ShowWorkClient, has_policy
+
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(family: str, index: int, label: str, harness: Any) -> tuple[str, Any]:
+        fam = tasks.get(family)
+        inst = fam.generate(index)
+        show = spec.show_work and has_policy(inst)
+        model = ShowWorkClient(family) if show else ModelRole(model=f"flawed/{family}@{spec.profile}")
+        async with sem:
+            env = fam.make_env(inst)
+            try:
+                with env:
+                    traj = await run_episode(model, harness, env, seed=spec.seed * 1_000_003 + index,
+                                             tag=f"micro-demo:{'showwork' if show else spec.profile}:{label}")
+            finally:
+                if show:
+                    model.close()
+        bar.update(1)
+        return label, traj
+
+    from tqdm import tqdm
+
+    rng = random.Random(spec.seed)
+    n_total = sum(len(_indices(spec, f)) for f in spec.families)
+    bar = tqdm(total=n_total, desc="micro demonstrations", unit="demo", disable=not progress, dynamic_ncols=True)
+    jobs = []
+    for family in spec.families:
+        for index in _indices(spec, family):
+            label, harness = draw(family, rng, spec.p_h0, spec.p_hk)  # drawn in a fixed order: seeded
+            jobs.append(one(family, index, label, harness))
+    try:
+        return list(await asyncio.gather(*jobs))
+    finally:
+        bar.close()
+
+
+def demonstrations(spec: MicroSpec, progress: bool = True) -> list[tuple[str, Any]]:
+    """(mixture label, Trajectory) for every demonstration, in a fixed order."""
+    from agents.client import close_provider_environments
+
+    try:
+        return asyncio.run(_demos_async(spec, progress=progress))
+    finally:
+        close_provider_environments()
+
+
+def _template_renderer() -> Any:
+    """A throwaway tokenizer that only renders the chat template to text (before the real one exists)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
+                                   unk_token="<unk>")
+    fast.chat_template = TEMPLATE_PATH.read_text()
+    return fast
+
+
+def rendered_texts(trajectories: list[Any]) -> list[str]:
+    """The demonstrations as chat-template text (those `build_dataset` would drop as unconvertible are left out:
+    a malformed tool call of the `native` policy has no canonical form)."""
+    from training.convert import ConversionError, to_student_messages
+
+    r = _template_renderer()
+    texts = []
+    for t in trajectories:
+        try:
+            texts.append(r.apply_chat_template(to_student_messages(t.messages), tools=t.tools or None,
+                                               tokenize=False))
+        except ConversionError:
+            continue
+    return texts
+
+
+def build_tokenizer(texts: list[str], spec: MicroSpec) -> Any:
+    """Byte-level BPE trained on the demonstrations; every digit is its own pre-token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([TEMPLATE_PATH.read_text(), *texts], trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None, additional_special_tokens=[])
+    fast.add_tokens(TOOL_TOKENS, special_tokens=False)
+    fast.chat_template = TEMPLATE_PATH.read_text()
+    fast.model_max_length = spec.max_position_embeddings
+    return fast
+
+
+def init_model(spec: MicroSpec, tokenizer: Any) -> Any:
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32", attn_implementation="sdpa",
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[config.eos_token_id, tokenizer.pad_token_id],
+                                               pad_token_id=tokenizer.pad_token_id)
+    return model
+
+
+class DemoFigures(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    demonstrations: int
+    kept: int
+    by_family: dict[str, dict[str, float]] = Field(description="family -> n, kept, success share, mean tokens")
+    by_harness: dict[str, int]
+    dropped: dict[str, int]
+    tokens: int
+    trained_tokens: int
+    seconds: float
+
+
+def _figures(pairs: list[tuple[str, Any]], built: Any, seconds: float) -> DemoFigures:
+    kept_ids = {e.trajectory_id for e in built.examples}
+    by_family: dict[str, dict[str, float]] = {}
+    for family in sorted({t.instance.family for _, t in pairs}):
+        ts = [t for _, t in pairs if t.instance.family == family]
+        ex = [e for e in built.examples if e.family == family]
+        by_family[family] = {"n": len(ts), "kept": len(ex), "show_work": sum(":showwork:" in t.tag for t in ts),
+                             "success": round(sum(t.verdict.score >= 1.0 for t in ts) / len(ts), 3),
+                             "mean_tokens": round(sum(e.n_tokens for e in ex) / max(1, len(ex)), 1)}
+    labels: dict[str, int] = {}
+    for label, t in pairs:
+        if t.id in kept_ids:
+            labels[label] = labels.get(label, 0) + 1
+    return DemoFigures(demonstrations=len(pairs), kept=len(built.examples), by_family=by_family,
+                       by_harness=labels, dropped=built.manifest.stats.dropped, tokens=built.manifest.stats.tokens,
+                       trained_tokens=built.manifest.stats.trained_tokens, seconds=round(seconds, 1))
+
+
+def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Path | None = None,
+                      progress: bool = True) -> Path:
+    """Build M0 into `out` (see the module docstring). `work_dir` holds the training checkpoint (resumable)."""
+    from training.config import LengthRule
+    from training.dataset import build_dataset
+    from training.pretrain import pretrain
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    pairs = demonstrations(spec, progress)
+    if spec.only_successful:
+        pairs = [(label, t) for label, t in pairs if t.verdict.score >= 1.0]
+    trajs = [t for _, t in pairs]
+    tokenizer = build_tokenizer(rendered_texts(trajs), spec)
+    built = build_dataset(trajs, tokenizer, length=LengthRule(max_len=spec.max_len, raise_above=1.0))
+    figures = _figures(pairs, built, time.perf_counter() - t0)
+    model = init_model(spec, tokenizer)
+    examples = [(e.input_ids, e.labels) for e in built.examples]
+    cfg = spec.train.model_copy(update={"seed": spec.seed})
+    spec_key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]  # resume only the same spec
+    report = pretrain(model, examples, cfg, Path(work_dir or out / ".work") / spec_key, progress=progress)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))
+    write_named_harnesses(out / HARNESS_DIR, spec.families)
+    _write_record(out, spec, model, figures, report, time.perf_counter() - t0)
+    return out
+
+
+def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, report: PretrainReport,
+                  seconds: float) -> None:
+    record = {"spec": spec.model_dump(mode="json"), "parameters": sum(p.numel() for p in model.parameters()),
+              "weights_sha256": weights_digest(out), "demonstrations": figures.model_dump(),
+              "training": report.model_dump(exclude={"losses"}),
+              "loss_every_50_steps": report.losses[::50], "build_seconds": round(seconds, 1)}
+    (out / BUILD_RECORD).write_text(json.dumps(record, indent=1))
+
+
+def weights_digest(model_dir: Path) -> str:
+    return hashlib.sha256((Path(model_dir) / "model.safetensors").read_bytes()).hexdigest()

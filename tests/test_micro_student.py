@@ -1,0 +1,105 @@
+"""The micro student M0 at test scale: the same build code path as `coevo model micro` (real flawed@native
+demonstrations on pretrain instances, tokenizer, full-parameter training), deterministic on one machine, and
+served by vLLM CPU, where it plays a real episode with the rollout runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import tasks
+from agents.client import close_provider_environments
+from agents.jobs import Limits
+from agents.records import ModelRole
+from agents.rollout import run_episode
+from deploy.micro_mixture import NAMED, draw, named_harness
+from deploy.micro_model import BUILD_RECORD, MicroSpec, build_micro_model, weights_digest
+from harness.baseline import baseline
+from harness.evolution.cards import stated_keys
+from training.pretrain import PretrainConfig
+
+FAMILIES = ("stock_alert", "anomaly_detection")
+SPEC = MicroSpec(families=FAMILIES, demos_per_family=2, demo_weights={}, vocab_size=700, hidden_size=128, intermediate_size=256,
+                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_len=8192,
+                 max_position_embeddings=16384, train=PretrainConfig(steps=4, threads=1, checkpoint_every=2))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("micro")
+    return (build_micro_model(root / "a", SPEC, progress=False),
+            build_micro_model(root / "b", SPEC, progress=False))
+
+
+def test_build_is_deterministic_and_records_its_figures(built: tuple[Path, Path]) -> None:
+    a, b = built
+    assert weights_digest(a) == weights_digest(b)
+    assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
+    record = json.loads((a / BUILD_RECORD).read_text())
+    assert record["weights_sha256"] == weights_digest(a)
+    assert record["demonstrations"]["demonstrations"] == 4
+    by_family = record["demonstrations"]["by_family"]
+    assert set(by_family) == set(FAMILIES)
+    assert by_family["anomaly_detection"]["show_work"] == 2 and by_family["stock_alert"]["show_work"] == 0
+    assert by_family["anomaly_detection"]["success"] == 1.0  # the show-your-work policy solves what it shows
+    assert record["training"]["steps"] == 4 and record["training"]["tokens_seen"] > 0
+    assert not list((a / ".work").glob("*/pretrain_checkpoint.pt"))  # removed once training finished
+    assert sorted(p.stem for p in (a / "harness_hK").glob("*.yaml")) == sorted(FAMILIES)
+    config = json.loads((a / "config.json").read_text())
+    assert config["model_type"] == "qwen3" and config["head_dim"] == 64
+
+
+def test_mixture_is_seeded_and_names_its_harness() -> None:
+    import random
+
+    assert draw("stock_alert", random.Random(3))[1].id == draw("stock_alert", random.Random(3))[1].id
+    hk = named_harness("stock_alert")
+    assert stated_keys(hk) and not stated_keys(baseline("stock_alert"))
+    seen = {draw("stock_alert", rng)[0] for rng in [random.Random(0)] for _ in range(40)}
+    assert seen == {"h0", NAMED, "var"}
+
+
+def test_cli_rejects_an_unknown_family(tmp_path: Path) -> None:
+    from flows import cli_model
+
+    app = typer.Typer()
+    cli_model.register(app)
+    res = CliRunner().invoke(app, ["model", "micro", "--out", str(tmp_path / "m"), "--families", "stock_alert,nope"])
+    assert res.exit_code == 2 and "--families" in res.output and "nope" in res.output
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.vllm
+def test_vllm_cpu_serves_it_for_a_real_episode(built: tuple[Path, Path], tmp_path: Path) -> None:
+    from deploy.vllm_server import ServeSpec, free_port, start_server, stop_server
+
+    spec = ServeSpec(model=str(built[0]), name="micro", port=free_port(), max_lora_rank=16, max_loras=1,
+                     max_model_len=16384, cpu_kvcache_gib=1)
+    handle = start_server(spec, state_dir=tmp_path, ready_timeout_s=400)
+    try:
+        inst = tasks.instances("stock_alert", "test", 1)[0]
+        env = tasks.get("stock_alert").make_env(inst)
+        role = ModelRole(model="hosted_vllm/micro", api_base=handle.api_base, max_tokens=48, temperature=0.7)
+        with env:
+            traj = asyncio.run(run_episode(role, baseline("stock_alert"), env, seed=0, limits=Limits(max_turns=2)))
+        close_provider_environments()
+        assert traj.stop_reason not in ("model_error", "error"), traj.error
+        assert traj.turns and traj.turns[0].completion_tokens > 0  # the served model generated the first turn
+        assert traj.turns[0].prompt_tokens > 1000  # it read the whole harness and tool schema (its own tokenizer)
+    finally:
+        stop_server(spec.port, state_dir=tmp_path)
+
+
+def test_micro_config_loads_and_points_at_the_committed_model() -> None:
+    from flows.config import load_config, preflight
+
+    repo = Path(__file__).resolve().parent.parent
+    config = load_config(repo / "deploy" / "configs" / "micro.yaml")
+    assert config.servers[0].model == "deploy/micro" and set(config.families) <= set(tasks.families())
+    assert config.models["expert"].model == "flawed/{family}@expert"
+    preflight(config, repo)  # deploy/micro exists (committed weights)

@@ -1,0 +1,145 @@
+"""Full-parameter training of a small causal LM from scratch on rendered demonstrations (the micro student).
+
+One optimizer step = one example (batch 1, no padding: examples are whole trajectories of different
+lengths); the loss is the mean cross-entropy over the example's trained (assistant) tokens. The step count
+is fixed, never time-based, so the result does not depend on how busy the machine is. Examples are visited
+in a seeded shuffled order, epoch after epoch. AdamW, linear warmup then cosine decay to `min_lr_ratio`.
+
+Deterministic by seed on one machine: the torch RNG is seeded, the number of intra-op threads is fixed
+(`threads`), and the data order comes from `random.Random(seed)`. A checkpoint (weights, optimizer, step,
+losses) is written every `checkpoint_every` steps; `pretrain` resumes from it, so a crash loses at most
+that many steps. A tqdm bar shows steps, loss and ETA.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CHECKPOINT = "pretrain_checkpoint.pt"
+
+
+class PretrainConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(gt=0, description="Optimizer steps (one example each).")
+    lr: float = Field(default=2e-3, gt=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    warmup_steps: int = Field(default=30, ge=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    grad_clip: float = Field(default=1.0, gt=0)
+    seed: int = 0
+    threads: int = Field(default=2, ge=1, description="torch intra-op threads (fixed for determinism).")
+    checkpoint_every: int = Field(default=100, ge=1)
+
+
+class PretrainReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int
+    examples: int
+    tokens_seen: int
+    trained_tokens_seen: int
+    first_loss: float
+    last_loss: float = Field(description="Mean loss over the last 10% of steps.")
+    wall_s: float
+    tokens_per_s: float
+    resumed_from: int = 0
+    losses: list[float] = Field(default_factory=list, description="Per-step loss.")
+
+
+def lr_at(step: int, cfg: PretrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def order(n_examples: int, steps: int, seed: int) -> list[int]:
+    """Example index for every step: seeded shuffles of all examples, one epoch after another."""
+    rng = random.Random(seed)
+    out: list[int] = []
+    while len(out) < steps:
+        epoch = list(range(n_examples))
+        rng.shuffle(epoch)
+        out.extend(epoch)
+    return out[:steps]
+
+
+def _resume(ckpt: Path, model: Any, opt: Any) -> tuple[int, list[float], dict[str, int]]:
+    import torch
+
+    if not ckpt.exists():
+        return 0, [], {"tokens": 0, "trained": 0}
+    state = torch.load(ckpt, weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    return state["step"], state["losses"], state["counts"]
+
+
+def _save(ckpt: Path, model: Any, opt: Any, step: int, losses: list[float], counts: dict[str, int]) -> None:
+    import torch
+
+    tmp = ckpt.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "losses": losses,
+                "counts": counts, "rng": torch.get_rng_state()}, tmp)
+    tmp.replace(ckpt)  # atomic: a crash mid-write keeps the previous checkpoint
+
+
+def pretrain(model: Any, examples: list[tuple[list[int], list[int]]], cfg: PretrainConfig,
+             work_dir: Path, *, progress: bool = True) -> PretrainReport:
+    """Train `model` in place on (input_ids, labels) examples; see the module docstring."""
+    import torch
+    from tqdm import tqdm
+
+    if not examples:
+        raise ValueError("pretrain: no examples to train on")
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = work_dir / CHECKPOINT
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    start, losses, counts = _resume(ckpt, model, opt)
+    plan = order(len(examples), cfg.steps, cfg.seed)
+    model.train()
+    t0, tokens_now = time.perf_counter(), 0
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="micro pretrain", unit="step",
+               disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        ids, labels = examples[plan[step]]
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(round(float(out.loss.detach()), 5))
+        counts["tokens"] += len(ids)
+        counts["trained"] += sum(1 for x in labels if x != -100)
+        tokens_now += len(ids)
+        rate = tokens_now / max(1e-9, time.perf_counter() - t0)
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", tok_s=f"{rate:.0f}")
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            _save(ckpt, model, opt, step + 1, losses, counts)
+    bar.close()
+    wall = time.perf_counter() - t0
+    tail = losses[-max(1, len(losses) // 10):]
+    report = PretrainReport(
+        steps=cfg.steps, examples=len(examples), tokens_seen=counts["tokens"], trained_tokens_seen=counts["trained"],
+        first_loss=losses[0], last_loss=round(sum(tail) / len(tail), 5), wall_s=round(wall, 1),
+        tokens_per_s=round(tokens_now / max(1e-9, wall), 1), resumed_from=start, losses=losses)
+    (work_dir / "pretrain_report.json").write_text(json.dumps(report.model_dump(), indent=1))
+    ckpt.unlink(missing_ok=True)
+    return report
