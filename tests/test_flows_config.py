@@ -62,11 +62,12 @@ def test_local_config_is_valid_and_small(tmp_path: Path) -> None:
     assert cfg.evaluation.seeds == 3 and cfg.evaluation.split == "test" and cfg.families == ["all"]
     assert cfg.models["expert"].model == "oracle/{family}"
     assert cfg.evaluation.n_instances is not None and cfg.evaluation.n_instances <= 5
-    # make run: one co-evolution round, the student's weights behind one key (servers and tiny_model follow it)
+    # make run: one co-evolution round on the committed micro student, its weights behind one key (servers follow it)
     rnd = load_config(REPO / "deploy" / "configs" / "local.yaml")
     preflight(rnd, REPO)
     assert rnd.round is not None and rnd.models["expert"].model == "flawed/{family}@expert"
-    assert rnd.servers[0].model == rnd.round.student_weights == rnd.tiny_model.out  # type: ignore[union-attr]
+    assert rnd.servers[0].model == rnd.round.student_weights == "deploy/micro" and rnd.tiny_model is None
+    assert (REPO / rnd.round.student_weights / "model.safetensors").exists()  # committed: make run never builds it
 
 
 def test_gpu_paper_config_parses() -> None:
@@ -133,7 +134,7 @@ def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
     cfg = parse_config(data)
     assert cfg.models["student"].api_base == "http://10.0.0.5:8000/v1"
     assert [p.name for p in cfg.evaluation.pairs] == ["student+h_star", "student@r1+h_star", "expert+h_star"]
-    assert cfg.adapters[0].server == "tiny" and cfg.evaluation.n_instances is None
+    assert cfg.adapters[0].server == cfg.servers[0].name and cfg.evaluation.n_instances is None
     assert cfg.attribution is not None and cfg.attribution.base_pair == "student+h_star"  # follows the rename
     assert cfg.attribution.shifts == [("student+h_star", "expert+h_star")]
     assert raw["evaluation"]["pairs"][0]["harness"] == "baseline"  # the input is not mutated

@@ -229,13 +229,13 @@ def test_next_round_serves_the_merged_student_and_starts_from_h_star(tmp_path: P
     config = load_config(REPO / "deploy/configs/local.yaml")
     run = RunStore(tmp_path / "runs", "r-next")
     state, cfg = first_state(config, run, REPO)
-    assert state.t == 0 and state.start_harness == "baseline" and state.student_model == "hosted_vllm/tiny"
+    assert state.t == 0 and state.start_harness == "baseline" and state.student_model == "hosted_vllm/micro"
     ctx = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
     h_star = str(ctx.h_star_dir)
     ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": h_star}})
     ctx.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": ""}})
     kept, same = next_round(ctx, run)
-    assert (kept.t, kept.student_model, kept.start_harness, same) == (1, "hosted_vllm/tiny", h_star, cfg)
+    assert (kept.t, kept.student_model, kept.start_harness, same) == (1, "hosted_vllm/micro", h_star, cfg)
     merged = str(tmp_path / "merged" / "student-r1")
     ctx.store.mark_done("round", "gate", {"output": {"promoted": True, "merged_dir": merged}})
     promoted, nxt = next_round(ctx, run)
