@@ -11,7 +11,9 @@ at the project's own PREFECT_HOME (it reads its settings once, at import).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -150,17 +152,30 @@ def _dry_run(cfg: RunConfig, rounds: int) -> None:
 def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[str], runs_dir: Optional[str],
                 where: str) -> None:
     from flows.round import coevolution_run
-    from flows.round_lock import LockHeld, RunLock
+    from flows.round_lock import RunLock
 
-    try:  # before Prefect starts: a second writer of the same run gets one line
+    with _run_errors(run_id, runs_dir):  # before Prefect starts: a second writer of the same run gets one line
         RunLock(Path(cfg.runs_dir) / run_id).check()
-    except LockHeld as e:
-        console.print(str(e), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
     console.print(f"run [bold]{run_id}[/]: {rounds} co-evolution round(s) on {len(cfg.family_names())} families; {where}")
+    with _run_errors(run_id, runs_dir):
+        result = coevolution_run(cfg, run_id, rounds, from_stage, str(Path.cwd()))
+    for r in result.rounds:
+        console.print(f"round {r.t} ({r.student}): {r.decision}", markup=False, highlight=False)
+        console.print(f"  report: {r.report_path}", markup=False, highlight=False)
+    console.print(f"run directory: {result.run_dir}; API spent ${result.spent_usd:.2f}")
+    if result.status == "budget_spent":
+        console.print(result.message, markup=False, highlight=False)
+        raise typer.Exit(3)
+
+
+@contextlib.contextmanager
+def _run_errors(run_id: str, runs_dir: Optional[str]) -> Iterator[None]:
+    """A held lock, Ctrl-C or a failed flow: one clear message with how to continue, and the exit code."""
+    from flows.round_lock import LockHeld
+
     resume_hint = f"coevo run --resume {run_id}" + (f" --runs-dir {runs_dir}" if runs_dir else "")
     try:
-        result = coevolution_run(cfg, run_id, rounds, from_stage, str(Path.cwd()))
+        yield
     except LockHeld as e:
         console.print(str(e), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -171,17 +186,10 @@ def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[s
         console.print(f"[red]run {run_id} failed:[/] {type(e).__name__}: {e}")
         console.print(f"finished work is kept; continue with: {resume_hint}")
         raise typer.Exit(1) from None
-    for r in result.rounds:
-        console.print(f"round {r.t} ({r.student}): {r.decision}", markup=False, highlight=False)
-        console.print(f"  report: {r.report_path}", markup=False, highlight=False)
-    console.print(f"run directory: {result.run_dir}; API spent ${result.spent_usd:.2f}")
-    if result.status == "budget_spent":
-        console.print(result.message, markup=False, highlight=False)
-        raise typer.Exit(3)
 
 
 def _run_evaluation(cfg: RunConfig, run_id: str, runs_dir: Optional[str], where: str) -> None:
-    from flows.round_lock import LockHeld, RunLock
+    from flows.round_lock import RunLock
 
     fams = cfg.family_names()
     console.print(f"run [bold]{run_id}[/]: {len(cfg.with_adapter_pair().evaluation.pairs)} pair(s) × {len(fams)} families × "
@@ -189,20 +197,8 @@ def _run_evaluation(cfg: RunConfig, run_id: str, runs_dir: Optional[str], where:
     from flows.evaluation import evaluation_flow
 
     t0 = time.monotonic()
-    try:
-        with RunLock(Path(cfg.runs_dir) / run_id):
-            result = evaluation_flow(cfg, run_id=run_id, base_dir=str(Path.cwd()))
-    except LockHeld as e:
-        console.print(str(e), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]; finish it with: coevo run --resume {run_id}")
-        raise typer.Exit(130) from None
-    except Exception as e:  # the flow's own logs have the traceback; say how to continue
-        console.print(f"[red]run {run_id} failed:[/] {type(e).__name__}: {e}")
-        console.print(f"finished work is kept; continue with: coevo run --resume {run_id}"
-                      + (f" --runs-dir {runs_dir}" if runs_dir else ""))
-        raise typer.Exit(1) from None
+    with _run_errors(run_id, runs_dir), RunLock(Path(cfg.runs_dir) / run_id):
+        result = evaluation_flow(cfg, run_id=run_id, base_dir=str(Path.cwd()))
     rep = result.report
     _print_result(result.run_id, result.run_dir, rep.report_path, rep.family_rows, rep.pairs)
     collected = ", ".join(f"{c['pair']}: {c['rollouts_run']} run / {c['rollouts']}" for c in result.collected)
