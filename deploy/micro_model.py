@@ -5,13 +5,18 @@
 Steps, all deterministic for a spec on one machine (same spec -> byte-identical weights):
 1. demonstrations on `pretrain` instances (indices >= 1000), each under a harness drawn from the mixture of
    `deploy.micro_mixture` (h0, hK, random typed-edit variations): a show-your-work policy where one exists
-   (deploy/micro_policies.py: anomaly_detection, code_refactor renames), else `flawed/<family>@native`
-   (SIMULATED policy);
+   (deploy/micro_policies.py: code_refactor renames, anomaly_detection, payroll_audit easy instances; each
+   reads its harness: an unstated knowledge item is often missed), else `flawed/<family>@native` (SIMULATED
+   policy); plus `rename_copies` copies of every rename demonstration with fresh random names
+   (deploy/micro_augment.py), so the names can only be copied, never guessed;
 2. a byte-level BPE tokenizer trained on the rendered demonstrations, digits split one per token (numbers
    and ids are then copied digit by digit), the Qwen-style chat template of the tiny model, `<tool_call>`
    tool format (served with vLLM's hermes parser);
 3. a Qwen3-architecture model (head_dim 64: vLLM CPU) initialised from the seed and trained full-parameter
-   on the assistant tokens (`training.pretrain`), with a progress bar;
+   (`training.pretrain`, with a progress bar) in two phases: the copy phase (batches of short synthetic copy
+   sequences, deploy/micro_curriculum.py: the copying circuits form after ~1,200 such steps, which a few
+   hundred demonstrations never showed), then the demonstrations' assistant tokens shuffled with packed copy
+   sequences (so copying is not forgotten);
 4. weights, tokenizer, the spec and a build record (demonstration and training figures) written to --out.
 Served like the tiny model (`coevo serve start --model DIR`), LoRA-trainable with `coevo train`.
 """
@@ -32,8 +37,8 @@ from deploy.micro_mixture import write_named_harnesses
 from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
-FAMILIES = ("stock_alert", "anomaly_detection", "budget_approval", "code_refactor")
-DEMO_WEIGHTS = {"anomaly_detection": 1.0, "code_refactor": 1.2, "stock_alert": 0.2, "budget_approval": 0.2}
+FAMILIES = ("code_refactor", "anomaly_detection", "payroll_audit")  # the families with a show-your-work policy
+DEMO_WEIGHTS = {"code_refactor": 1.0, "anomaly_detection": 1.0, "payroll_audit": 1.0}
 BUILD_RECORD = "micro_build.json"
 HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
 
@@ -43,29 +48,40 @@ class MicroSpec(BaseModel):
 
     seed: int = 0
     families: tuple[str, ...] = FAMILIES
-    demos_per_family: int = Field(default=100, ge=1, description="pretrain instances 1000.. per family (x weight)")
+    demos_per_family: int = Field(default=500, ge=1, description="pretrain instances 1000.. per family (x weight)")
     demo_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEMO_WEIGHTS),
         description="family -> multiplier of demos_per_family (families with a show-your-work policy get more)")
     show_work_only: tuple[str, ...] = Field(
-        default=("code_refactor",), description="families demonstrated only on instances a show-your-work "
-                                                "policy covers (code_refactor: renames)")
+        default=("code_refactor", "payroll_audit"), description="families demonstrated only on instances a "
+                                                                "show-your-work policy covers (code_refactor: "
+                                                                "renames; payroll_audit: easy instances)")
     show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
                                                       "(deploy/micro_policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
     p_h0: float = Field(default=0.25, ge=0, le=1, description="share of demonstrations under h0")
     p_hk: float = Field(default=0.25, ge=0, le=1, description="share under hK (h0 + every knowledge item)")
     only_successful: bool = Field(default=False, description="keep only demonstrations that scored 1.0")
+    copy_examples: int = Field(default=800, ge=0, description="packed synthetic copy sequences shuffled in with the "
+                                                            "demonstrations (deploy/micro_curriculum.py)")
+    copy_tokens: int = Field(default=1024, gt=0, description="length of one packed copy sequence (tokens)")
+    copy_phase_steps: int = Field(default=2500, ge=0, description="steps of the copy phase before the demonstrations "
+                                                               "(batches of short copy sequences; 0: none)")
+    copy_phase_batch: int = Field(default=16, ge=1)
+    copy_phase_len: int = Field(default=192, ge=16, description="tokens per copy-phase sequence")
+    copy_phase_lr: float = Field(default=3e-3, gt=0, description="constant after a 50-step warmup")
+    rename_copies: int = Field(default=2, ge=0, description="copies of each show-your-work rename demonstration "
+                                                            "with fresh random names (deploy/micro_augment.py)")
     vocab_size: int = Field(default=4096, ge=600)
     hidden_size: int = 192
     intermediate_size: int = 512
     num_hidden_layers: int = 4
     num_attention_heads: int = 3
-    num_key_value_heads: int = 1
+    num_key_value_heads: int = 3
     head_dim: int = Field(default=64, description="64: vLLM CPU attention rejects smaller heads")
     max_len: int = Field(default=6144, gt=0, description="demonstrations longer than this (tokens) are dropped")
     max_position_embeddings: int = 32768
-    train: PretrainConfig = PretrainConfig(steps=260, warmup_steps=20, checkpoint_every=20)
+    train: PretrainConfig = PretrainConfig(steps=3300, warmup_steps=50, checkpoint_every=100)
 
 
 def _indices(spec: MicroSpec, family: str) -> list[int]:
@@ -128,13 +144,27 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
 
 
 def demonstrations(spec: MicroSpec, progress: bool = True) -> list[tuple[str, Any]]:
-    """(mixture label, Trajectory) for every demonstration, in a fixed order."""
+    """(mixture label, Trajectory) for every demonstration, in a fixed order, then the renamed copies."""
     from agents.client import close_provider_environments
 
     try:
-        return asyncio.run(_demos_async(spec, progress=progress))
+        pairs = asyncio.run(_demos_async(spec, progress=progress))
     finally:
         close_provider_environments()
+    return pairs + _renamed(pairs, spec)
+
+
+def _renamed(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, Any]]:
+    """`spec.rename_copies` random-name copies of every show-your-work rename demonstration (seeded)."""
+    from deploy.micro_augment import renamed_copies
+    from tasks.code_refactor.show_work import rename_request
+
+    rng, out = random.Random(f"rename:{spec.seed}"), []
+    for label, traj in pairs if spec.rename_copies else []:
+        names = rename_request(traj.instance) if ":showwork:" in traj.tag else None
+        if names is not None:
+            out.extend((label, t) for t in renamed_copies(traj, *names, spec.rename_copies, rng))
+    return out
 
 
 def _template_renderer() -> Any:
@@ -223,6 +253,7 @@ def _figures(pairs: list[tuple[str, Any]], built: Any, seconds: float) -> DemoFi
         ts = [t for _, t in pairs if t.instance.family == family]
         ex = [e for e in built.examples if e.family == family]
         by_family[family] = {"n": len(ts), "kept": len(ex), "show_work": sum(":showwork:" in t.tag for t in ts),
+                             "renamed_copies": sum(t.tag.endswith(":renamed") for t in ts),
                              "success": round(sum(t.verdict.score >= 1.0 for t in ts) / len(ts), 3),
                              "mean_tokens": round(sum(e.n_tokens for e in ex) / max(1, len(ex)), 1)}
     labels: dict[str, int] = {}
@@ -239,6 +270,7 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     """Build M0 into `out` (see the module docstring). `work_dir` holds the training checkpoint (resumable)."""
     from training.config import LengthRule
     from training.dataset import build_dataset
+    from deploy.micro_curriculum import copy_examples
     from training.pretrain import pretrain
 
     out = Path(out)
@@ -253,21 +285,47 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     figures = _figures(pairs, built, time.perf_counter() - t0)
     model = init_model(spec, tokenizer)
     examples = [(e.input_ids, e.labels) for e in built.examples]
+    examples += copy_examples(tokenizer, spec.copy_examples, spec.seed, spec.copy_tokens)
     cfg = spec.train.model_copy(update={"seed": spec.seed})
     spec_key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]  # resume only the same spec
-    report = pretrain(model, examples, cfg, Path(work_dir or out / ".work") / spec_key, progress=progress)
+    work = Path(work_dir or out / ".work") / spec_key
+    phase = _copy_phase(model, tokenizer, spec, work / "copy_phase", progress)
+    report = pretrain(model, examples, cfg, work, progress=progress)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))
     write_named_harnesses(out / HARNESS_DIR, spec.families)
-    _write_record(out, spec, model, figures, report, time.perf_counter() - t0)
+    _write_record(out, spec, model, figures, report, time.perf_counter() - t0, phase)
     return out
 
 
+def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progress: bool) -> PretrainReport | None:
+    """Train the copy phase (if any) into `model`; a finished phase is loaded from `work`, not run again."""
+    import torch
+
+    from deploy.micro_curriculum import copy_batches
+    from training.pretrain import pretrain
+
+    if not spec.copy_phase_steps:
+        return None
+    done, weights = work / "pretrain_report.json", work / "model_after_copy_phase.pt"
+    if done.exists() and weights.exists():
+        model.load_state_dict(torch.load(weights))
+        return PretrainReport.model_validate_json(done.read_text())
+    cfg = PretrainConfig(steps=spec.copy_phase_steps, lr=spec.copy_phase_lr, min_lr_ratio=1.0, warmup_steps=50,
+                         seed=spec.seed, threads=spec.train.threads, checkpoint_every=200)
+    batches = copy_batches(tokenizer, spec.copy_phase_steps, spec.copy_phase_batch, spec.copy_phase_len, spec.seed)
+    report = pretrain(model, batches, cfg, work, progress=progress)
+    torch.save(model.state_dict(), weights)
+    return report
+
+
 def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, report: PretrainReport,
-                  seconds: float) -> None:
+                  seconds: float, phase: PretrainReport | None) -> None:
     record = {"spec": spec.model_dump(mode="json"), "parameters": sum(p.numel() for p in model.parameters()),
               "weights_sha256": weights_digest(out), "demonstrations": figures.model_dump(),
+              "copy_phase": phase.model_dump(exclude={"losses"}) if phase else None,
+              "copy_phase_loss_every_100_steps": phase.losses[::100] if phase else [],
               "training": report.model_dump(exclude={"losses"}),
               "loss_every_50_steps": report.losses[::50], "build_seconds": round(seconds, 1)}
     (out / BUILD_RECORD).write_text(json.dumps(record, indent=1))

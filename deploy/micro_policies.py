@@ -4,10 +4,18 @@ derivable from what the trajectory shows (tasks/<family>/show_work.py), through 
 `ShowWorkClient` is a `ModelClient` whose completion is the policy's next action, computed on its own replica
 of the episode's environment (the assistant's tool calls so far are executed on it: tools are deterministic,
 so it reaches the rollout's state, as the `oracle/<family>` provider does). One client per episode.
+
+The policies read their harness the way the `flawed` student does (agents/flawed/knowledge.py): a knowledge item
+the system prompt states (the card's text) is always applied; an item it does not state is missed with the
+probability in `MISS` (drawn once per episode from a generator seeded by the instance id and the first turn's
+seed, so a demonstration is reproducible). That is what pairs harness text with behaviour in M0's
+demonstrations: under h0 the rename often misses the tests directory, under a harness that states
+`update_every_reference` it never does.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,22 +25,43 @@ from agents.oracle_provider import tool_calls_in
 from agents.records import ModelRole, parse_tool_calls
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 
-Policy = Callable[[Any, list[Step]], ToolCall | FinalAnswer]
+Policy = Callable[[Any, list[Step], frozenset[str]], ToolCall | FinalAnswer]
+
+# family -> knowledge key -> probability that the policy does NOT apply the item when the harness does not state
+# it (stated items are always applied). Documented in docs/students.md.
+MISS: dict[str, dict[str, float]] = {
+    "code_refactor": {"update_every_reference": 0.8, "run_tests_before_finishing": 0.75},
+    "anomaly_detection": {"bounds_are_normal": 0.8},
+    "payroll_audit": {"break_deduction_over_six_hours": 0.8},
+}
+
+
+def knows(family: str, system_prompt: str, rng: random.Random) -> frozenset[str]:
+    """The knowledge items an episode applies: every stated one, each unstated one unless its miss draw hits."""
+    from agents.flawed.knowledge import stated_keys
+
+    stated = stated_keys(family, system_prompt)
+    return frozenset(k for k, p in sorted(MISS.get(family, {}).items()) if k in stated or rng.random() >= p)
 
 
 def _policies() -> dict[str, Policy]:
     from tasks.anomaly_detection import show_work as anomaly
     from tasks.code_refactor import show_work as refactor
+    from tasks.payroll_audit import show_work as payroll
 
-    return {"anomaly_detection": anomaly.next_action, "code_refactor": refactor.next_action}
+    return {"anomaly_detection": anomaly.next_action, "code_refactor": refactor.next_action,
+            "payroll_audit": payroll.next_action}
 
 
 def has_policy(instance: TaskInstance) -> bool:
     """Whether a show-your-work policy demonstrates this instance (else `flawed/<family>@native` does)."""
     from tasks.code_refactor import show_work as refactor
+    from tasks.payroll_audit import show_work as payroll
 
     if instance.family == "code_refactor":
         return refactor.applies(instance)
+    if instance.family == "payroll_audit":
+        return payroll.applies(instance)
     return instance.family in _policies()
 
 
@@ -43,16 +72,21 @@ class ShowWorkClient(ModelClient):
         self.policy = _policies()[family]
         self.env: Any = None
         self.history: list[Step] = []
+        self.knows: frozenset[str] | None = None
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
-                       context: Mapping[str, Any] | None = None, **_: Any) -> ModelResponse:
+                       context: Mapping[str, Any] | None = None, **kwargs: Any) -> ModelResponse:
         if self.env is None:
             fam = tasks.get(self.family)
             self.env = fam.make_env(tasks.instance(str((context or {})["instance_id"])))
             self.env.reset()
+        if self.knows is None:
+            system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+            rng = random.Random(f"{(context or {}).get('instance_id')}:{kwargs.get('seed')}")
+            self.knows = knows(self.family, system, rng)
         for call in tool_calls_in(messages)[len(self.history):]:
             self.history.append(Step(call=call, result=await self.env.call(call.name, call.arguments)))
-        action = self.policy(self.env, self.history)
+        action = self.policy(self.env, self.history, self.knows)
         if isinstance(action, FinalAnswer):
             self.close()
             message: dict[str, Any] = {"role": "assistant", "content": action.text}

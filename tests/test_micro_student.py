@@ -26,7 +26,8 @@ from training.pretrain import PretrainConfig
 FAMILIES = ("stock_alert", "anomaly_detection")
 SPEC = MicroSpec(families=FAMILIES, demos_per_family=2, demo_weights={}, vocab_size=700, hidden_size=128, intermediate_size=256,
                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_len=8192,
-                 max_position_embeddings=16384, train=PretrainConfig(steps=4, threads=1, checkpoint_every=2))
+                 max_position_embeddings=16384, copy_examples=1, copy_tokens=64, copy_phase_steps=2,
+                 copy_phase_batch=2, copy_phase_len=32, train=PretrainConfig(steps=4, threads=1, checkpoint_every=2))
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,8 @@ def test_build_is_deterministic_and_records_its_figures(built: tuple[Path, Path]
     by_family = record["demonstrations"]["by_family"]
     assert set(by_family) == set(FAMILIES)
     assert by_family["anomaly_detection"]["show_work"] == 2 and by_family["stock_alert"]["show_work"] == 0
-    assert by_family["anomaly_detection"]["success"] == 1.0  # the show-your-work policy solves what it shows
     assert record["training"]["steps"] == 4 and record["training"]["tokens_seen"] > 0
+    assert record["copy_phase"]["steps"] == 2 and record["copy_phase"]["tokens_seen"] == 2 * 2 * 32
     assert not list((a / ".work").glob("*/pretrain_checkpoint.pt"))  # removed once training finished
     assert sorted(p.stem for p in (a / "harness_hK").glob("*.yaml")) == sorted(FAMILIES)
     config = json.loads((a / "config.json").read_text())

@@ -1,7 +1,8 @@
 """Full-parameter training of a small causal LM from scratch on rendered demonstrations (the micro student).
 
-One optimizer step = one example (batch 1, no padding: examples are whole trajectories of different
-lengths); the loss is the mean cross-entropy over the example's trained (assistant) tokens. The step count
+One optimizer step = one example: a whole trajectory (batch 1, no padding: trajectories differ in length) or
+a batch of equal-length sequences (input_ids a list of lists, as the copy curriculum's short segments are);
+the loss is the mean cross-entropy over the example's trained tokens. The step count
 is fixed, never time-based, so the result does not depend on how busy the machine is. Examples are visited
 in a seeded shuffled order, epoch after epoch. AdamW, linear warmup then cosine decay to `min_lr_ratio`.
 
@@ -94,7 +95,16 @@ def _save(ckpt: Path, model: Any, opt: Any, step: int, losses: list[float], coun
     tmp.replace(ckpt)  # atomic: a crash mid-write keeps the previous checkpoint
 
 
-def pretrain(model: Any, examples: list[tuple[list[int], list[int]]], cfg: PretrainConfig,
+Example = tuple[list[int], list[int]] | tuple[list[list[int]], list[list[int]]]
+
+
+def _tensor(rows: list[int] | list[list[int]]) -> Any:
+    import torch
+
+    return torch.tensor(rows if rows and isinstance(rows[0], list) else [rows])
+
+
+def pretrain(model: Any, examples: list[Example], cfg: PretrainConfig,
              work_dir: Path, *, progress: bool = True) -> PretrainReport:
     """Train `model` in place on (input_ids, labels) examples; see the module docstring."""
     import torch
@@ -120,15 +130,16 @@ def pretrain(model: Any, examples: list[tuple[list[int], list[int]]], cfg: Pretr
         ids, labels = examples[plan[step]]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+        x, y = _tensor(ids), _tensor(labels)
+        out = model(input_ids=x, labels=y)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         losses.append(round(float(out.loss.detach()), 5))
-        counts["tokens"] += len(ids)
-        counts["trained"] += sum(1 for x in labels if x != -100)
-        tokens_now += len(ids)
+        counts["tokens"] += x.numel()
+        counts["trained"] += int((y != -100).sum())
+        tokens_now += x.numel()
         rate = tokens_now / max(1e-9, time.perf_counter() - t0)
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", tok_s=f"{rate:.0f}")
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:

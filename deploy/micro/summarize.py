@@ -47,13 +47,14 @@ def main(root: Path) -> None:
 
 
 FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stock_alert": "get_email_template",
-              "budget_approval": "list_documents"}  # what every demonstration opens with
+              "budget_approval": "list_documents", "payroll_audit": "python"}  # what every demonstration opens with
 
 
 def behaviour(root: Path) -> None:
     """How far the episodes got: the demonstrated first call, malformed calls, and (code_refactor renames)
     whether the instruction's old name was copied into any call."""
     from agents.trajectory_table import read_trajectories
+    from deploy.micro_policies import has_policy
 
     print("\nbehaviour:")
     for harness in ("h0", "hK"):
@@ -66,8 +67,10 @@ def behaviour(root: Path) -> None:
             first = sum(bool(t.turns and t.turns[0].tool_calls and t.turns[0].tool_calls[0].name == opening) for t in ts)
             calls = sum(len(u.tool_calls) for t in ts for u in t.turns)
             malformed = sum(u.malformed_tool_calls for t in ts for u in t.turns)
+            covered = [t for t in ts if has_policy(t.instance)]  # instances a show-your-work policy demonstrates
+            won = sum(t.verdict.score >= 1.0 for t in covered)
             line = (f"  {harness} {family}: {len(ts)} episodes, demonstrated first call {first}, calls {calls}, "
-                    f"malformed {malformed}")
+                    f"malformed {malformed}; on the {len(covered)} episodes of covered instances {won} succeeded")
             renames = [(t, re.search(r"Rename the function `(\w+)`", t.instance.instruction)) for t in ts]
             renames = [(t, m.group(1)) for t, m in renames if m]
             if renames:

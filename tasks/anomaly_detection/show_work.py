@@ -7,6 +7,11 @@ instance of a difficulty except for two kinds of contiguous copies: the paramete
 string literal (apostrophes doubled, as SQL wants), read with SQLite's JSON functions, and the window bounds
 from the instruction. The query computes the whole report as one CSV text cell. 4. `bucket_put` that cell
 verbatim (a contiguous copy of the query result). It never reads the ground truth.
+
+`knows` names the knowledge items (harness/evolution/cards/anomaly_detection.yaml) the policy applies; the
+caller decides it (deploy/micro_policies.py). Without `bounds_are_normal` the query reports readings exactly at
+a bound (`value <= lo OR value >= hi`), which the instances plant on purpose (two per sensor), so the report's
+precision fails.
 """
 
 from __future__ import annotations
@@ -39,15 +44,18 @@ _HARD = ("WITH RECURSIVE p(j) AS (SELECT '{params}'), "
          "json_extract(p.j, '$.defaults_by_kind.' || s.kind || '.max')) AS hi "
          "FROM p, readings r JOIN sensors s ON s.sensor_pk = r.sensor_pk "
          "WHERE NOT EXISTS (SELECT 1 FROM m WHERE m.sid = s.sensor_id AND r.ts >= m.t0 AND r.ts < m.t1)), ")
+ALL_KNOWN = frozenset({"bounds_are_normal"})
 _TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM rs WHERE ts >= '{start}' AND ts < '{end}' "
-         "AND (value < lo OR value > hi) ORDER BY sid, ts) "
+         "AND (value {lo_op} lo OR value {hi_op} hi) ORDER BY sid, ts) "
          "SELECT 'sensor_id,timestamp,value' || char(10) || group_concat(sid || ',' || ts || ',' || value, char(10)) "
          "|| char(10) AS report, count(*) AS anomalies FROM a")
 
 
-def report_sql(params_text: str, hard: bool, start: str, end: str) -> str:
+def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal: bool = True) -> str:
     head = _HARD if hard else _EASY
-    return (head + _TAIL).format(params=params_text.replace("'", "''"), start=start, end=end)
+    lo_op, hi_op = ("<", ">") if bounds_normal else ("<=", ">=")
+    return (head + _TAIL).format(params=params_text.replace("'", "''"), start=start, end=end, lo_op=lo_op,
+                                 hi_op=hi_op)
 
 
 def _last_result(history: Sequence[Step], name: str) -> str | None:
@@ -67,7 +75,8 @@ def _report_cell(result: str) -> str | None:
         return None
 
 
-def next_action(env: AnomalyDetectionEnv, history: Sequence[Step]) -> ToolCall | FinalAnswer:
+def next_action(env: AnomalyDetectionEnv, history: Sequence[Step],
+                knows: frozenset[str] = ALL_KNOWN) -> ToolCall | FinalAnswer:
     params = _last_result(history, "bucket_get")
     if params is None:
         return ToolCall(name="bucket_get", arguments={"key": PARAMS_KEY})
@@ -76,7 +85,8 @@ def next_action(env: AnomalyDetectionEnv, history: Sequence[Step]) -> ToolCall |
     window = _WINDOW.search(env.instance.instruction)
     report_key = _REPORT.search(env.instance.instruction)
     assert window and report_key, "anomaly_detection instruction without a window or report key"
-    sql = report_sql(params, '"defaults_by_kind"' in params, window.group(1), window.group(2))
+    sql = report_sql(params, '"defaults_by_kind"' in params, window.group(1), window.group(2),
+                     bounds_normal="bounds_are_normal" in knows)
     ran = [st for st in history if st.call.name == "sql_query" and st.call.arguments.get("sql") == sql]
     if not ran:
         return ToolCall(name="sql_query", arguments={"sql": sql})

@@ -5,6 +5,13 @@ The whole refactoring is one shell program, the same text for every rename insta
 copies from the instruction: find the old name (word-bounded) in the workspace's Python files, rewrite it
 with sed, then run the tests. Other refactoring kinds have no show-your-work policy here (`applies` is
 False): their demonstrations come from the `flawed/code_refactor@native` policy.
+
+`knows` names the knowledge items (harness/evolution/cards/code_refactor.yaml) the policy applies; the caller
+decides it (deploy/micro_policies.py: an item the harness states is always applied, others only sometimes):
+- without `update_every_reference` the rename searches only the package directory, so the tests that still
+  use the old name fail;
+- with `run_tests_before_finishing`, a failing test run is followed by the whole-repository rename and a
+  second test run (the recovery); without it the policy finishes after the failing run.
 """
 
 from __future__ import annotations
@@ -16,26 +23,50 @@ from tasks.code_refactor.data import TEST_COMMAND
 from tasks.code_refactor.env import CodeRefactorEnv
 from tasks.records import FinalAnswer, Step, ToolCall, TaskInstance
 
-_RENAME = re.compile(r"Rename the function `(\w+)` \(defined in `[\w/]+\.py`\) to `(\w+)`")
+_RENAME = re.compile(r"Rename the function `(?P<old>\w+)` \(defined in `(?P<path>[\w/]+\.py)`\) to `(?P<new>\w+)`")
 
 
 def applies(instance: TaskInstance) -> bool:
     return _RENAME.search(instance.instruction) is not None
 
 
-def _commands(old: str, new: str) -> list[str]:
-    return [f"grep -rnw --include='*.py' '{old}' .",
-            f"grep -rlw --include='*.py' '{old}' . | xargs sed -i 's/\\b{old}\\b/{new}/g' && "
-            f"grep -rnw --include='*.py' '{new}' .",
-            TEST_COMMAND + " 2>&1 | tail -n 3"]
+def rename_request(instance: TaskInstance) -> tuple[str, str] | None:
+    """(old, new) of a rename request, else None."""
+    m = _RENAME.search(instance.instruction)
+    return (m["old"], m["new"]) if m else None
 
 
-def next_action(env: CodeRefactorEnv, history: Sequence[Step]) -> ToolCall | FinalAnswer:
+ALL_KNOWN = frozenset({"update_every_reference", "run_tests_before_finishing"})
+_TESTS = TEST_COMMAND + " 2>&1 | tail -n 3"
+
+
+def _commands(old: str, new: str, scope: str = ".") -> list[str]:
+    return [f"grep -rnw --include='*.py' '{old}' {scope}",
+            f"grep -rlw --include='*.py' '{old}' {scope} | xargs sed -i 's/\\b{old}\\b/{new}/g' && "
+            f"grep -rnw --include='*.py' '{new}' {scope}",
+            _TESTS]
+
+
+def _plan(m: re.Match[str], knows: frozenset[str]) -> list[str]:
+    old, new, path = m["old"], m["new"], m["path"]
+    if "update_every_reference" in knows:
+        return _commands(old, new)
+    return _commands(old, new, path.split("/")[0] + "/")
+
+
+def next_action(env: CodeRefactorEnv, history: Sequence[Step],
+                knows: frozenset[str] = ALL_KNOWN) -> ToolCall | FinalAnswer:
     m = _RENAME.search(env.instance.instruction)
     if m is None:
         return FinalAnswer(text="This request is not a rename; no change made.")
-    done = [s.call.arguments.get("command") for s in history if s.call.name == "shell" and isinstance(s.call.arguments, dict)]
-    for command in _commands(m.group(1), m.group(2)):
+    shell = [s for s in history if s.call.name == "shell" and isinstance(s.call.arguments, dict)]
+    done = [s.call.arguments.get("command") for s in shell]
+    for command in _plan(m, knows):
         if command not in done:
             return ToolCall(name="shell", arguments={"command": command})
-    return FinalAnswer(text=f"Renamed `{m.group(1)}` to `{m.group(2)}` in every file; the tests pass.")
+    failed = "OK" not in shell[-1].result.content.split()
+    if failed and "run_tests_before_finishing" in knows and done.count(_TESTS) < 2:
+        for command in _commands(m["old"], m["new"])[1:]:  # the whole-repository rename, then the tests again
+            if done.count(command) < (2 if command == _TESTS else 1):
+                return ToolCall(name="shell", arguments={"command": command})
+    return FinalAnswer(text=f"Renamed `{m['old']}` to `{m['new']}` in every file; the tests pass.")

@@ -1,0 +1,82 @@
+"""A copy curriculum made of the demonstrations themselves: rename demonstrations with fresh random names.
+
+The code_refactor rename instances draw their two names from a small pool (35 (old, new) pairs over 500
+instances), so a small model can lower its loss by writing names typical of the pool instead of reading
+them from the instruction (what the first M0 did). `renamed_copies` rewrites a show-your-work rename
+demonstration with a new random pair: every word-bounded occurrence of the old and the new name in every
+message (instruction, commands, tool outputs, final answer) is replaced consistently, so the copy is as
+coherent as the original, and the only way to predict the names in the commands is to copy them from the
+instruction. Names are two or three words of `WORDS` joined by underscores, never a word-bounded token of
+the original conversation (no collision with another identifier of the workspace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from typing import Any
+
+WORDS = (
+    "account", "active", "add", "address", "adjust", "amount", "apply", "average", "balance", "base", "batch",
+    "bill", "book", "build", "bundle", "calc", "cart", "charge", "check", "clean", "client", "code", "collect",
+    "combine", "compute", "convert", "cost", "count", "credit", "current", "customer", "daily", "date", "debit",
+    "default", "delta", "detail", "discount", "draft", "due", "entry", "estimate", "export", "fee", "fetch",
+    "filter", "final", "find", "fix", "format", "freight", "full", "get", "gross", "group", "handle", "import",
+    "invoice", "item", "join", "last", "ledger", "limit", "line", "list", "load", "make", "margin", "merge",
+    "month", "net", "new", "next", "normal", "order", "parse", "part", "pay", "percent", "pick", "plan",
+    "post", "prepare", "price", "print", "process", "product", "quote", "rate", "raw", "read", "rebate",
+    "record", "reduce", "refund", "render", "report", "resolve", "round", "row", "sale", "scale", "score",
+    "select", "ship", "show", "sort", "split", "stock", "store", "sum", "summary", "tally", "tax", "text",
+    "total", "unit", "update", "value", "vendor", "week", "weight", "write", "year",
+)
+_WORD_CHAR = "A-Za-z0-9_"
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    # word-bounded, where a sed `\b` escape right before the name also counts as a boundary
+    return re.compile(rf"(?:(?<=\\b)|(?<![{_WORD_CHAR}])){re.escape(name)}(?![{_WORD_CHAR}])")
+
+
+def _replace(value: Any, subs: list[tuple[re.Pattern[str], str]]) -> Any:
+    """Apply the substitutions to every string in a message, descending into JSON-encoded tool arguments."""
+    if isinstance(value, dict):
+        return {k: _replace(v, subs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace(v, subs) for v in value]
+    if not isinstance(value, str):
+        return value
+    if value.startswith("{"):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return json.dumps(_replace(decoded, subs), sort_keys=True)
+    for pattern, new in subs:
+        value = pattern.sub(new, value)
+    return value
+
+
+def _fresh_name(rng: random.Random, taken: set[str]) -> str:
+    while True:
+        name = "_".join(rng.sample(WORDS, 3 if rng.random() < 0.3 else 2))
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def renamed_copies(trajectory: Any, old: str, new: str, k: int, rng: random.Random) -> list[Any]:
+    """`k` copies of a rename demonstration (a `Trajectory`) with (old, new) replaced by fresh random names."""
+    text = json.dumps(trajectory.messages)
+    taken = set(re.findall(rf"[{_WORD_CHAR}]+", text))
+    out = []
+    for i in range(k):
+        a, b = _fresh_name(rng, taken), _fresh_name(rng, taken)
+        subs = [(_pattern(old), a), (_pattern(new), b)]
+        messages = [_replace(m, subs) for m in trajectory.messages]
+        digest = hashlib.sha256(f"{trajectory.id}:{i}:{a}:{b}".encode()).hexdigest()[:16]
+        out.append(trajectory.model_copy(update={"messages": messages, "id": f"{trajectory.id}-aug{digest}",
+                                                 "tag": f"{trajectory.tag}:renamed"}))
+    return out

@@ -1,0 +1,107 @@
+"""The micro student's training data: show-your-work policies that read their harness, renamed copies of the
+rename demonstrations, and the synthetic copy curriculum (deploy/micro_policies.py, micro_augment.py,
+micro_curriculum.py). The policies run real episodes through the rollout runtime and the real verifiers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+
+import pytest
+
+import tasks
+from agents.rollout import run_episode
+from deploy.micro_augment import renamed_copies
+from deploy.micro_curriculum import copy_examples
+from deploy.micro_mixture import named_harness
+from deploy.micro_policies import MISS, ShowWorkClient, has_policy, knows
+from harness.baseline import baseline
+from harness.render import system_prompt
+from tasks.code_refactor.show_work import rename_request
+
+
+def _episode(family: str, index: int, harness, seed: int = 0):
+    fam = tasks.get(family)
+    client = ShowWorkClient(family)
+    env = fam.make_env(fam.generate(index))
+    try:
+        with env:
+            return asyncio.run(run_episode(client, harness, env, seed=seed, tag="micro-demo:showwork:test"))
+    finally:
+        client.close()
+
+
+def _rename_indices(n: int) -> list[int]:
+    fam = tasks.get("code_refactor")
+    return [i for i in range(1000, 1100) if has_policy(fam.generate(i))][:n]
+
+
+def test_stated_items_are_always_applied_unstated_ones_missed_at_their_rate() -> None:
+    for family, rates in MISS.items():
+        stated = system_prompt(named_harness(family))
+        assert all(knows(family, stated, random.Random(s)) == frozenset(rates) for s in range(20))
+        plain = system_prompt(baseline(family))
+        draws = [knows(family, plain, random.Random(s)) for s in range(400)]
+        for key, p in rates.items():
+            missed = sum(key not in d for d in draws) / len(draws)
+            assert abs(missed - p) < 0.08, (family, key, missed)
+        assert knows(family, plain, random.Random(7)) == knows(family, plain, random.Random(7))
+
+
+@pytest.mark.parametrize("family", sorted(MISS))
+def test_show_work_succeeds_when_the_harness_states_the_items(family: str) -> None:
+    fam = tasks.get(family)
+    index = next(i for i in range(1000, 1100) if has_policy(fam.generate(i)))
+    traj = _episode(family, index, named_harness(family))
+    assert traj.verdict.score == 1.0, traj.verdict
+
+
+def test_missing_update_every_reference_fails_the_rename_and_the_test_run_shows_it() -> None:
+    # under h0 some episodes miss the item (seeded): their rename stays inside the package and the tests fail
+    scores, scoped = [], 0
+    for index in _rename_indices(6):
+        traj = _episode("code_refactor", index, baseline("code_refactor"), seed=index)
+        commands = [json.loads(c["function"]["arguments"])["command"] for m in traj.messages
+                    for c in m.get("tool_calls") or []]
+        if not commands[0].endswith(" ."):
+            scoped += 1
+            recovered = any(c.endswith(" .") for c in commands[1:])
+            assert (traj.verdict.score == 1.0) == recovered, commands
+        scores.append(traj.verdict.score)
+    assert scoped >= 1 and min(scores) < 1.0
+
+
+def test_renamed_copies_rewrite_both_names_everywhere_consistently() -> None:
+    index = _rename_indices(1)[0]
+    traj = _episode("code_refactor", index, named_harness("code_refactor"))
+    old, new = rename_request(traj.instance)
+    copies = renamed_copies(traj, old, new, 3, random.Random(0))
+    assert len({c.id for c in copies}) == 3 and all(c.id != traj.id for c in copies)
+    for copy in copies:
+        text = json.dumps(copy.messages)
+        assert not re.search(rf"(?<![A-Za-z0-9_]){old}(?![A-Za-z0-9_])", text.replace("\\\\b", " "))
+        assert not re.search(rf"(?<![A-Za-z0-9_]){new}(?![A-Za-z0-9_])", text.replace("\\\\b", " "))
+        user = next(m["content"] for m in copy.messages if m["role"] == "user")
+        a, b = re.search(r"Rename the function `(\w+)` .* to `(\w+)`", user).groups()
+        sed = json.loads(copy.messages[4]["tool_calls"][0]["function"]["arguments"])["command"]
+        assert f"s/\\b{a}\\b/{b}/g" in sed  # the sed escape before the name is a boundary too
+    assert renamed_copies(traj, old, new, 3, random.Random(0))[0].messages == copies[0].messages  # seeded
+
+
+def test_copy_curriculum_trains_only_the_copied_tokens() -> None:
+    from deploy.micro_augment import WORDS
+    from deploy.micro_model import MicroSpec, build_tokenizer
+
+    tok = build_tokenizer([" ".join(WORDS) + " 0123456789 `x` = ; ? /a.py"], MicroSpec(vocab_size=700))
+    examples = copy_examples(tok, 3, seed=0, target_tokens=256)
+    assert examples == copy_examples(tok, 3, seed=0, target_tokens=256)
+    for ids, labels in examples:
+        assert len(ids) == len(labels) >= 256
+        trained = [(i, x) for i, x in zip(ids, labels) if x != -100]
+        assert trained and all(i == x for i, x in trained) and len(trained) < len(ids)
+        text = tok.decode(ids)
+        for line in text.splitlines():
+            if line.startswith("again: "):
+                assert f"copy: {line.removeprefix('again: ')}" in text  # a repeat copies its span verbatim
