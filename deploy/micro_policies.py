@@ -44,32 +44,26 @@ def knows(family: str, system_prompt: str, rng: random.Random) -> frozenset[str]
     return frozenset(k for k, p in sorted(MISS.get(family, {}).items()) if k in stated or rng.random() >= p)
 
 
-def _policies() -> dict[str, Policy]:
+def _modules() -> dict[str, Any]:
+    """family -> its show-your-work module (`applies(instance)`, `next_action(env, history, knows)`)."""
     from tasks.anomaly_detection import show_work as anomaly
     from tasks.code_refactor import show_work as refactor
     from tasks.payroll_audit import show_work as payroll
 
-    return {"anomaly_detection": anomaly.next_action, "code_refactor": refactor.next_action,
-            "payroll_audit": payroll.next_action}
+    return {"anomaly_detection": anomaly, "code_refactor": refactor, "payroll_audit": payroll}
 
 
 def has_policy(instance: TaskInstance) -> bool:
     """Whether a show-your-work policy demonstrates this instance (else `flawed/<family>@native` does)."""
-    from tasks.code_refactor import show_work as refactor
-    from tasks.payroll_audit import show_work as payroll
-
-    if instance.family == "code_refactor":
-        return refactor.applies(instance)
-    if instance.family == "payroll_audit":
-        return payroll.applies(instance)
-    return instance.family in _policies()
+    module = _modules().get(instance.family)
+    return module is not None and module.applies(instance)
 
 
 class ShowWorkClient(ModelClient):
     def __init__(self, family: str) -> None:
         super().__init__(ModelRole(model=f"showwork/{family}"))
         self.family = family
-        self.policy = _policies()[family]
+        self.policy: Policy = _modules()[family].next_action
         self.env: Any = None
         self.history: list[Step] = []
         self.knows: frozenset[str] | None = None
