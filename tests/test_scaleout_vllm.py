@@ -90,15 +90,24 @@ def test_two_servers_spread_stick_and_survive_one_stopped(vllm_server: str, seco
     a, (b, b_port, b_state) = vllm_server, second_server
     jobs = _jobs(a)
     stopped: dict[str, float] = {}
-    served_a = _requests_served(a)
+    served_a, served_b0 = _requests_served(a), _requests_served(b)
     stop = threading.Event()
     with RolloutPool(n_actors=2, concurrency_per_server=2, max_attempts=3, api_bases={"hosted_vllm/tiny": [a, b]}) as pool:
         def stop_b_mid_stage() -> None:
-            """Once B has answered a first turn and has conversations in flight (3 more turns each to go)."""
+            """Once B has answered a first turn and still owes at least 2 turns to conversations it holds.
+
+            "In flight" alone is not enough: an episode whose 4 turns are done stays in flight until the pool
+            collects it, and on a loaded machine this thread can wake only then (CI once killed a B that owed
+            nothing, so nothing was rerouted). Owed turns = 4 x (episodes given to B) - requests B answered;
+            read in this order (finished, in flight, answered) every race makes the count smaller, never larger.
+            """
             while not stop.is_set():
+                done_on_b = sum(t.server == b for t in list(pool.timings.values()))
                 in_flight_b = pool.server_loads().get(b, 0)
-                if in_flight_b > 0 and _requests_served(b) >= 1:
-                    stopped.update(in_flight=in_flight_b, done_on_b=sum(t.server == b for t in list(pool.timings.values())))
+                served_b = _requests_served(b) - served_b0
+                owed = TURNS * (done_on_b + in_flight_b) - served_b
+                if in_flight_b > 0 and served_b >= 1 and owed >= 2:
+                    stopped.update(in_flight=in_flight_b, done_on_b=done_on_b, owed=owed)
                     os.killpg(find_server(b_port, b_state).pid, signal.SIGKILL)  # a crash: in-flight requests die too
                     return
                 time.sleep(0.05)
@@ -124,7 +133,7 @@ def test_two_servers_spread_stick_and_survive_one_stopped(vllm_server: str, seco
     servers = {k: tm.server for k, tm in timings.items()}
     assert set(servers.values()) <= {a, b} and a in servers.values()
     assert sum(s == b for s in servers.values()) >= stopped["done_on_b"]
-    assert stats.servers_down == [b] and stats.rerouted >= 1 and stats.gave_up == 0
+    assert stats.servers_down == [b] and stats.rerouted >= 1 and stats.gave_up == 0, (stats, stopped)
     rerouted = [k for k, tm in timings.items() if tm.attempts > 1]
     assert len(rerouted) == stats.rerouted and all(servers[k] == a for k in rerouted)
     # Stickiness: A answered exactly the turns of the conversations recorded on A (none of B's half-done ones).
