@@ -1,7 +1,12 @@
-"""Evidence run (SIMULATED): the harness search with the `flawed/<family>@native` student and the `library` reflector.
+"""Evidence run: the harness search with the `library` reflector, then h0 vs h* on the test split.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/evolution_flawed.py --families stock_alert payroll_audit \
         budget_approval --budget 40 --search-seeds 2 --train 10 --val 10 --test 20 --test-seeds 3 --out runs/evo-flawed
+    # a real student served by vLLM (the micro student M0: `coevo serve start --model deploy/micro --name micro ...`)
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/evolution_flawed.py --student hosted_vllm/micro \
+        --api-base http://127.0.0.1:8131/v1 --temperature 0.7 --max-tokens 1024 --families code_refactor ...
+
+The default student is SIMULATED: `flawed/<family>@native`, the oracle policy with injected, labelled faults.
 
 Per family: the search (h0 -> h*), the accepted edits, the knowledge keys h* states, then h0 and h* with the
 same student on the test split (paired bootstrap CI over instances, `analysis.stats.paired_bootstrap`) and the
@@ -32,13 +37,19 @@ from harness import Harness
 from harness.evolution import SearchConfig, stated_keys
 
 
+def _simulated(a: argparse.Namespace) -> bool:
+    return a.student.startswith("flawed/")
+
+
 def _settings(family: str, a: argparse.Namespace) -> EvolveSettings:
-    student = ModelRole(model=f"flawed/{{family}}@{a.profile}")
+    student = ModelRole(model=a.student, api_base=a.api_base, temperature=a.temperature, max_tokens=a.max_tokens)
     return EvolveSettings(
         family=family, student=student, reflector="library",
         search=SearchConfig(family=family, seeds=a.search_seeds, minibatch_size=3, budget_rollouts=a.budget,
                             proposals_per_iteration=a.proposals),
-        train_instances=a.train, val_instances=a.val, limits=Limits(max_turns=a.max_turns, wall_s=300),
+        train_instances=a.train, val_instances=a.val,
+        limits=Limits(max_turns=a.max_turns, wall_s=300, max_tokens_per_turn=a.max_tokens),
+        concurrency_per_server=a.concurrency,
         transfer=TransferSettings(expert=student, test_instances=a.test, seeds=a.test_seeds))
 
 
@@ -76,7 +87,8 @@ def run_family(family: str, a: argparse.Namespace, store: RunStore, pool: Rollou
             "accepted_edits": [f"seed {e['seed']}: {e['op']}" for e in summary.accepted_edits],
             "h_star_new_components": summary.evolved_components,
             "stated_keys": sorted(stated_keys(h_star)), "test_h0": t.h0_success, "test_h_star": t.h_star_success,
-            "diff": t.diff.model_dump(mode="json"), "faults": _faults(store, family, h0, h_star),
+            "diff": t.diff.model_dump(mode="json"),
+            "faults": _faults(store, family, h0, h_star) if _simulated(a) else None,
             "trigger_rates_h_star": _trigger_rates(store, family, h_star, summary.evolved_components),
             "rollouts_run": s.evaluations_run, "seconds": round(time.monotonic() - t0)}
 
@@ -86,7 +98,7 @@ def _table(rows: list[dict]) -> str:
              "components new in h* |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         d, f = r["diff"], r["faults"]
-        ik = f"{f['h0'].get('implicit_knowledge', 0)} -> {f['h*'].get('implicit_knowledge', 0)}"
+        ik = f"{f['h0'].get('implicit_knowledge', 0)} -> {f['h*'].get('implicit_knowledge', 0)}" if f else "n/a"
         lines.append(f"| {r['family']} | {r['h0_val']:.2f} -> {r['h_star_val']:.2f} | {r['test_h0']:.3f} | "
                      f"{r['test_h_star']:.3f} | {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {ik} | "
                      f"{', '.join(r['h_star_new_components']) or '(none)'} |")
@@ -96,7 +108,12 @@ def _table(rows: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", nargs="+", default=["stock_alert", "payroll_audit", "budget_approval"])
-    p.add_argument("--profile", default="native")
+    p.add_argument("--student", default="flawed/{family}@native",
+                   help="LiteLLM model string ('{family}' is filled); default: the SIMULATED flawed student.")
+    p.add_argument("--api-base", default=None, help="Server URL ending in /v1 (hosted_vllm students).")
+    p.add_argument("--temperature", type=float, default=0.0, help="Student sampling temperature.")
+    p.add_argument("--max-tokens", type=int, default=512, help="Generated tokens per student turn.")
+    p.add_argument("--concurrency", type=int, default=8, help="Episodes in flight per model server.")
     p.add_argument("--budget", type=int, default=40, help="Evaluations per search seed.")
     p.add_argument("--search-seeds", type=int, default=2)
     p.add_argument("--proposals", type=int, default=2)
@@ -120,6 +137,7 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
     finally:
         ray.shutdown()
+    print(("SIMULATED student " if _simulated(a) else "student ") + a.student)
     print(_table(rows))
 
 

@@ -32,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from flows.config import ConfigError, RunConfig, load_config, preflight
 from flows.round_budget import BudgetSpent, spent_usd
 from flows.round_context import RoundContext, RoundState, round_store
+from flows.round_config import STAGES
 from flows.round_lock import RunLock
 from flows.round_next import first_state, next_round
-from flows.round_runner import STAGES, StageRunner
+from flows.round_runner import StageRunner
 from flows.store import RunStore, new_run_id
 
 

@@ -20,6 +20,8 @@ from training.config import LengthRule, TrainConfig
 Arm = Literal["imit_h0", "imit", "corr"]
 ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr")
 ARM_SUFFIX: dict[str, str] = {"imit_h0": "imit-h0", "imit": "imit", "corr": "corr"}
+STAGES: list[str] = ["evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train", "evaluate_arms", "attribute",
+                     "gate", "report"]
 
 
 class SearchSettings(BaseModel):
@@ -139,6 +141,20 @@ class RoundConfig(BaseModel):
                                           "(checked by --dry-run against the servers).")
     est_rollout_s: dict[str, float] = Field(default_factory=dict, description="Seconds per rollout by model prefix "
                                             "for the --dry-run estimate (defaults in flows/round_plan.py).")
+    stage_timeout_s: dict[str, float] = Field(
+        default_factory=dict, description="Wall-clock limit per stage in seconds, e.g. {evolve: 3600}; a stage "
+        "past it fails the run (its finished rollouts, searches and LoRA seeds stay; `--resume` continues). "
+        "Unset stages have no limit.")
+
+    @field_validator("stage_timeout_s")
+    @classmethod
+    def _stage_timeouts(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, seconds in v.items():
+            if name not in STAGES:
+                raise ValueError(f"unknown stage '{name}'; stages: {', '.join(STAGES)}")
+            if not seconds > 0:
+                raise ValueError(f"stage '{name}': timeout must be > 0 seconds, got {seconds}")
+        return v
 
     @field_validator("arms")
     @classmethod

@@ -16,8 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import ModelRole
 from flows.config import RunConfig
-from flows.round_config import RoundConfig
-from flows.round_runner import STAGES
+from flows.round_config import STAGES, RoundConfig
 
 LOCAL = ("oracle/", "flawed/")
 DEFAULT_S = {"oracle/": 1.5, "flawed/": 1.5, "hosted_vllm/cpu": 10.0, "hosted_vllm/gpu": 60.0, "api": 60.0}

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.flow_engine import FlowRunTimeoutError
 from pydantic import BaseModel
 
 from flows import round_stages as rs
 from flows.round_budget import check_budget, spent_usd
+from flows.round_config import STAGES
 from flows.round_context import RoundContext
 from flows.round_data import ArmDataRecord, build_arm_data
 from flows.round_gate import GateRecord, gate
@@ -23,8 +25,6 @@ from flows.round_reporting import ReportRecord, build_report
 from flows.round_train import TrainRecord, serve_adapters, train_arms
 from flows.store import content_key
 
-STAGES: list[str] = ["evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train", "evaluate_arms", "attribute",
-                     "gate", "report"]
 RECORDS: dict[str, type[BaseModel]] = {
     "evaluate_h0": rs.EvalStage, "evolve": rs.EvolveRecord, "evaluate_h_star": rs.EvalStage, "arm_data": ArmDataRecord,
     "train": TrainRecord, "evaluate_arms": rs.EvalStage, "attribute": rs.AttributeRecord, "gate": GateRecord,
@@ -46,9 +46,13 @@ STATE_STAGE = "round"
 NOT_IN_KEY = {"runs_dir", "name", "ray", "servers", "tiny_model"}
 
 
+class StageTimeout(TimeoutError):
+    """A round stage ran past `round.stage_timeout_s[stage]`."""
+
+
 def fingerprint(ctx: RoundContext) -> str:
     data = ctx.config.model_dump(mode="json", exclude=NOT_IN_KEY)
-    for k in ("budget_usd", "est_rollout_s", "accelerate_config"):
+    for k in ("budget_usd", "est_rollout_s", "accelerate_config", "stage_timeout_s"):
         data["round"].pop(k, None)
     for role in data["models"].values():
         role.pop("api_base", None)
@@ -111,10 +115,16 @@ class StageRunner:
             before = check_budget(run_root, ctx.r.budget_usd, run_root.name)
             t0 = time.monotonic()
             body = self._body(name)
-            stage_flow = flow(name=f"round-{name}", flow_run_name=f"r{ctx.t}-{name}", log_prints=True)(_call)
-            # through the server scope: a server found dead before or during the stage is restarted once
-            # (its adapters reloaded) and the stage runs again, finding its finished rollouts
-            rec = ctx.servers.run(name, stage_flow, body) if ctx.servers is not None else stage_flow(body)
+            limit = ctx.r.stage_timeout_s.get(name)
+            stage_flow = flow(name=f"round-{name}", flow_run_name=f"r{ctx.t}-{name}", log_prints=True,
+                              timeout_seconds=limit)(_call)
+            try:
+                # through the server scope: a server found dead before or during the stage is restarted once
+                # (its adapters reloaded) and the stage runs again, finding its finished rollouts
+                rec = ctx.servers.run(name, stage_flow, body) if ctx.servers is not None else stage_flow(body)
+            except FlowRunTimeoutError as e:
+                raise StageTimeout(f"round {ctx.t}: stage {name} passed its limit of {limit:g} s "
+                                   f"(round.stage_timeout_s.{name}); its finished work is kept") from e
             wall, cost = round(time.monotonic() - t0, 1), round(spent_usd(run_root) - before, 4)
             ctx.store.mark_done(STATE_STAGE, name, {"key": self.key, "output": rec.model_dump(mode="json"),
                                                     "wall_s": wall, "cost_usd": cost, "at": time.time()})

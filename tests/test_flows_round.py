@@ -4,6 +4,8 @@
   arm) through `coevo run`: every stage ran, the report's main table has every row, the registry holds the gate's
   decision with its evidence; `--resume` of the finished run skips every stage and sends the server no request;
   `--from-stage attribute` recomputes attribute, gate and report and nothing before;
+- a stage past `round.stage_timeout_s` fails the run with its name and limit, keeps the finished stages, and
+  `--resume` with the limit raised finishes without recomputing them;
 - the run lock: a second writer gets one line naming the holder and exit code 2;
 - `--dry-run` of the shipped round configs starts nothing and passes.
 """
@@ -26,7 +28,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.registry import PromotionRegistry
 from flows.round_lock import LOCK_FILE, LockHeld, RunLock
-from flows.round_runner import STAGES
+from flows.round_config import STAGES, RoundConfig
 from flows.store import RunStore, list_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,6 +167,42 @@ def test_spent_budget_stops_the_round_cleanly_and_resumably(tmp_path: Path, vllm
     state = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
     assert set(state) == {"evaluate_h0"} and state["evaluate_h0"]["cost_usd"] > 0.01  # stopped before `evolve`
     assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()  # the lock is released: resumable
+
+
+@pytest.mark.vllm
+def test_a_stage_past_its_timeout_fails_the_run_and_keeps_finished_stages(
+        tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, prefect_harness: None) -> None:
+    raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+    raw["round"]["stage_timeout_s"] = {"evolve": 1}  # a 6-evaluation search on vLLM takes longer than 1 s
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg)])
+    assert result.exit_code == 1, result.output
+    (run_id,) = list_runs(tmp_path / "runs")
+    text = " ".join(result.output.split())
+    assert "StageTimeout" in text and "stage evolve passed its limit of 1 s (round.stage_timeout_s.evolve)" in text
+    assert f"coevo run --resume {run_id}" in text
+    state = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
+    assert set(state) == {"evaluate_h0"}  # the finished stage is kept; the timed-out one is not recorded as done
+    assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()
+
+    # the limit raised in the config, then --resume: nothing recomputed before the stage that timed out
+    raw["round"]["stage_timeout_s"] = {"evolve": 3600}
+    cfg.write_text(yaml.safe_dump(raw))
+    again = invoke(["run", "--resume", run_id, "--config", str(cfg)])
+    assert again.exit_code == 0, again.output
+    after = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
+    assert set(after) == set(STAGES) and after["evaluate_h0"] == state["evaluate_h0"]
+
+
+def test_stage_timeouts_name_an_unknown_stage_or_a_bad_limit(tiny_model_dir: Path) -> None:
+    from pydantic import ValidationError
+
+    assert RoundConfig(student_weights=str(tiny_model_dir), stage_timeout_s={"train": 600}).stage_timeout_s == {"train": 600}
+    with pytest.raises(ValidationError, match="unknown stage 'evolv'; stages: evaluate_h0, evolve"):
+        RoundConfig(student_weights=str(tiny_model_dir), stage_timeout_s={"evolv": 600})
+    with pytest.raises(ValidationError, match="stage 'train': timeout must be > 0 seconds"):
+        RoundConfig(student_weights=str(tiny_model_dir), stage_timeout_s={"train": 0})
 
 
 def test_second_writer_gets_one_line_naming_the_holder(tmp_path: Path, tiny_model_dir: Path) -> None:
