@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from agents.jobs import Limits
 from analysis.curves import step_curves
 from analysis.stats import PairedDiff, paired_bootstrap
 from flows.evolution_pool import ModelCompletion, PoolEvaluator
+from flows.progress import Progress, run_emitter
 from flows.store import RunStore
 from harness import Harness, baseline
 from harness.evolution import (CachedEvaluator, EvolutionCandidate, ResultCache, SearchConfig, SearchResult,
@@ -165,6 +167,25 @@ def accepted_edit_rows(lineage: list[EvolutionCandidate], best_id: str) -> list[
     return rows
 
 
+class SearchProgress:
+    """A gepa callback: evaluations spent over all search seeds vs their budget, as `flows.progress` lines."""
+
+    def __init__(self, family: str, config: SearchConfig, emit: Callable[[str], object]) -> None:
+        self.total = config.budget_rollouts * config.seeds
+        self.ticker = Progress(f"{family} search evaluations", self.total, emit=emit)
+        self.finished_seeds, self.used = 0, 0
+
+    def on_optimization_start(self, event: Any) -> None:
+        self.finished_seeds, self.used = self.finished_seeds + self.used, 0
+
+    def on_budget_updated(self, event: Any) -> None:
+        self.used = int(event["metric_calls_used"])
+        self.ticker.update(min(self.finished_seeds + self.used, self.total - 1))  # the last line comes from done()
+
+    def done(self) -> None:
+        self.ticker.update(self.total)
+
+
 def run_evolution(settings: EvolveSettings, store: RunStore, repo_root: Path, pool: RolloutPool,
                   resume: bool = False) -> EvolutionSummary:
     """The search for one family on `pool`, then its curve, the upward transfer (when set) and the summary."""
@@ -179,7 +200,9 @@ def run_evolution(settings: EvolveSettings, store: RunStore, repo_root: Path, po
     reflector = make_reflector(settings.reflector, fam, ModelCompletion(role) if role else None,
                                max_prompt_chars=settings.reflector_prompt_chars)
     h0 = start_harness(settings, repo_root)
-    result = run_search(h0, train, val, evaluator, reflector, settings.search, out)
+    progress = SearchProgress(fam, settings.search, run_emitter(log))
+    result = run_search(h0, train, val, evaluator, reflector, settings.search, out, callbacks=[progress])
+    progress.done()
     h_star = Harness.load(result.h_star_path)
     lineage = read_lineage(out / "lineage.jsonl")
     curve = step_curves({f"seed {s.search_seed}": s.curve for s in result.seeds}, out / "validation_curve.png",

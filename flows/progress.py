@@ -9,6 +9,7 @@ terminal (`make run`). The caller owns the logger (a Prefect run logger shows th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -52,3 +53,15 @@ class Progress:
         text = self.line()
         self.emit(text)
         return text
+
+
+def run_emitter(fallback: logging.Logger) -> Callable[[str], object]:
+    """Where progress lines go: the Prefect run logger inside a flow or task (terminal and dashboard), else
+    `fallback` (scripts and benchmarks that call a stage's code outside Prefect)."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger().info
+    except MissingContextError:
+        return fallback.info

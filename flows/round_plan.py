@@ -19,7 +19,10 @@ from flows.config import RunConfig
 from flows.round_config import STAGES, RoundConfig
 
 LOCAL = ("oracle/", "flawed/")
-DEFAULT_S = {"oracle/": 1.5, "flawed/": 1.5, "hosted_vllm/cpu": 10.0, "hosted_vllm/gpu": 60.0, "api": 60.0}
+# hosted_vllm/cpu: the micro student M0 in `make run` (2026-12-01, 2 cores, 2 actors): evaluate_arms 135 rollouts in
+# 355 s, evolve 69 in 189 s -> ~5.3 s per rollout per actor. A model with shorter episodes is faster (the random
+# tiny model: the same round in 4.5 min against the same estimate, 28 min); set round.est_rollout_s for yours.
+DEFAULT_S = {"oracle/": 1.5, "flawed/": 1.5, "hosted_vllm/cpu": 5.0, "hosted_vllm/gpu": 60.0, "api": 60.0}
 LORA_S_PER_EXAMPLE = {"cpu": 2.0, "gpu": 20.0}
 PROMPT_TOKENS_EST = 4000
 

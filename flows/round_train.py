@@ -5,19 +5,24 @@ Then `serve_adapters` hot-loads them as `student@r{t+1}-imit-h0-s{seed}`, `...-i
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows import servers as server_mod
+from flows.progress import Progress, run_emitter
 from flows.round_config import adapter_name
 from flows.round_context import RoundContext
 from flows.round_data import ArmDataRecord, ArmSet, read_set
 from flows.store import content_key
 from training.dataset import (build_dataset, is_dataset, load_tokenizer, manifest_sha256, read_manifest,
                               tokenizer_fingerprint, write_dataset)
-from training.lora import finished, train_seeds
+from training.config import TrainConfig
+from training.lora import StepLog, batch_plan, finished, train_seeds
 
+log = logging.getLogger(__name__)
 MASK = "turns"  # every set marks its trained turns (flows/round_data.py)
 
 
@@ -47,6 +52,21 @@ def _chat_template(ctx: RoundContext) -> Path | None:
     return Path(server_mod.resolve_spec(spec, ctx.base).chat_template or "")
 
 
+def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Callable[[StepLog], None]:
+    """Optimizer steps of the arm's unfinished seeds as `flows.progress` lines (done/total, ETA, last loss)."""
+    per_seed = len(batch_plan(examples, lora.effective_batch, lora.epochs, 0))
+    ticker = Progress(f"train {arm}: optimizer steps", per_seed * max(seeds, 1), emit=run_emitter(log))
+    state = {"done": 0}
+
+    def on_step(entry: StepLog) -> None:
+        state["done"] += 1
+        ticker.update(min(state["done"], ticker.total))
+        if entry.step == per_seed:
+            ticker.emit(f"train {arm}: a seed finished at loss {entry.loss:.4f}")
+
+    return on_step
+
+
 def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
     if not s.rows:
         return ArmTraining(arm=s.arm, harness=s.harness, reason=s.reason or "empty set")
@@ -63,7 +83,9 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
     root = ctx.store.root / "adapters" / s.arm
     data_hash = manifest_sha256(out)
     reused = [k for k in range(lora.seeds) if finished(root / f"seed-{k}", lora, k, data_hash) is not None]
-    summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False)
+    summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False,
+                            on_step=_step_progress(s.arm, read_manifest(out).stats.examples, lora,
+                                                   lora.seeds - len(reused)))
     return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=read_manifest(out).stats.examples,
                        adapters={x.seed: str(root / f"seed-{x.seed}") for x in summaries},
                        final_loss={x.seed: x.loss_curve[-1].loss for x in summaries if x.loss_curve},

@@ -8,6 +8,8 @@ known answer (which edits remove the fault); the flawed student will check it ag
 
 from __future__ import annotations
 
+import functools
+import logging
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from agents.pool import RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
 from agents.trajectory_table import read_frame
+from flows import evolution
 from flows.evolution import EvolveSettings, TransferSettings, run_evolution
+from flows.progress import Progress
 from flows.store import RunStore
 from harness import Harness, apply_edits, baseline
 from harness.evolution import SearchConfig, read_lineage, reconstruct
@@ -42,7 +46,11 @@ def _settings(start: Path, **kw: object) -> EvolveSettings:
     return EvolveSettings.model_validate({**base, **kw})
 
 
-def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_path: Path, ray_local: None) -> None:
+def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_path: Path, ray_local: None,
+                                                                        caplog: pytest.LogCaptureFixture,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.INFO, logger="flows.evolution")
+    monkeypatch.setattr(evolution, "Progress", functools.partial(Progress, every_s=0.0))  # a line per budget update
     store = RunStore(tmp_path / "runs", "evo")
     start = _broken_start(tmp_path / "broken.yaml")
     transfer = TransferSettings(expert=ModelRole(model="oracle/{family}"), test_instances=2, seeds=1)
@@ -77,6 +85,11 @@ def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_pa
             assert len(children) == seed.counts["children"] == sum(e.child_id is not None for e in ledger.values())
             assert seed.counts["proposals"] == len(ledger) and seed.curve[-1][1] == seed.best_val_mean
         assert any(r["in_h_star"] and r["op"] == "remove_hook" for r in summary.accepted_edits)
+        # progress on the terminal: evaluations spent of the budget over both search seeds (16 each)
+        lines = [r.getMessage() for r in caplog.records if "search evaluations" in r.getMessage()]
+        assert lines and lines[-1].startswith(f"{FAMILY} search evaluations: 32/32 (100%)") and lines[-1].endswith("done")
+        counts = [int(line.split(": ")[1].split("/")[0]) for line in lines]
+        assert len(counts) > 4 and counts == sorted(counts) and counts[0] < 16 < counts[-2]  # both seeds counted
 
         # every evaluation ran once, is cached by content key, and its trajectory is in the run store
         cached = read_results(out / "cache.jsonl")

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -28,8 +29,11 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.registry import PromotionRegistry
 from flows.round_lock import LOCK_FILE, LockHeld, RunLock
+from flows.round_train import _step_progress
 from flows.round_config import STAGES, RoundConfig
 from flows.store import RunStore, list_runs
+from training.config import TrainConfig
+from training.lora import StepLog
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILY = "anomaly_detection"  # a quick environment; the oracle needs 5 turns
@@ -319,3 +323,15 @@ def test_from_stage_must_name_a_stage_of_an_existing_run(tmp_path: Path, tiny_mo
     run = RunStore(tmp_path / "runs", "20261201-000000-roundtest")
     bad = invoke(["run", "--resume", run.run_id, "--config", str(cfg), "--from-stage", "nope"])
     assert bad.exit_code == 2 and "--from-stage: unknown stage 'nope'; stages: evaluate_h0" in " ".join(bad.output.split())
+
+
+def test_train_stage_reports_optimizer_steps_and_each_seeds_final_loss(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="flows.round_train")
+    lora = TrainConfig(effective_batch=4, epochs=1, seeds=2)
+    on_step = _step_progress("corr", examples=10, lora=lora, seeds=2)  # 3 steps per seed, 2 seeds
+    for _seed in range(2):
+        for step in (1, 2, 3):
+            on_step(StepLog(step=step, epoch=0, loss=1.0 / step, lr=1e-3, trained_tokens=10, tokens=20))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[-2].startswith("train corr: optimizer steps: 6/6 (100%)") and lines[-2].endswith("done")
+    assert lines.count("train corr: a seed finished at loss 0.3333") == 2

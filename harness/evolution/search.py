@@ -131,7 +131,8 @@ def check_budget(config: SearchConfig, n_train: int, n_val: int) -> None:
 
 
 def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], evaluator: CachedEvaluator,
-              reflector: Reflector, config: SearchConfig, seed: int, seed_dir: Path) -> list[EvolutionCandidate]:
+              reflector: Reflector, config: SearchConfig, seed: int, seed_dir: Path,
+              callbacks: Sequence[Any] = ()) -> list[EvolutionCandidate]:
     """One GEPA run (resumed from `seed_dir/gepa` when it exists); returns its lineage."""
     budget = ProposalBudget(max_edits=config.max_edits, max_retries=config.max_retries)
     proposer = EditProposer(reflector, config.family, budget, seed, seed_dir / "proposals.jsonl",
@@ -150,7 +151,7 @@ def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], e
         sampling_strategy=IndependentSampling(config.proposals_per_iteration) if config.proposals_per_iteration > 1
         else None, frontier_type="instance",
         acceptance_criterion=config.acceptance, max_metric_calls=config.budget_rollouts,
-        stop_callbacks=stoppers or None, run_dir=str(run_dir), callbacks=[proposer],
+        stop_callbacks=stoppers or None, run_dir=str(run_dir), callbacks=[proposer, *callbacks],
         logger=_FileLogger(seed_dir / "search_log.txt"), seed=seed, skip_perfect_score=True, perfect_score=1.0,
         use_merge=False, cache_evaluation=False, track_best_outputs=False, raise_on_exception=True,
     )
@@ -172,8 +173,12 @@ def _summary(seed: int, seed_dir: Path, lineage: list[EvolutionCandidate]) -> Se
 
 
 def run_search(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], evaluator: CachedEvaluator,
-               reflector: Reflector, config: SearchConfig, out_dir: str | Path) -> SearchResult:
-    """All search seeds (each resumed where it stopped), then h*, the lineage and the diff in `out_dir`."""
+               reflector: Reflector, config: SearchConfig, out_dir: str | Path,
+               callbacks: Sequence[Any] = ()) -> SearchResult:
+    """All search seeds (each resumed where it stopped), then h*, the lineage and the diff in `out_dir`.
+
+    `callbacks`: extra gepa callbacks (objects with any of gepa's `on_*` methods, e.g. a progress display).
+    """
     check_budget(config, len(train), len(val))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +187,7 @@ def run_search(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], 
     lineage: list[EvolutionCandidate] = []
     seeds: list[SeedSummary] = []
     for seed in range(config.seeds):
-        seed_lineage = _run_seed(h0, train, val, evaluator, reflector, config, seed, out / f"seed{seed}")
+        seed_lineage = _run_seed(h0, train, val, evaluator, reflector, config, seed, out / f"seed{seed}", callbacks)
         lineage += seed_lineage
         seeds.append(_summary(seed, out / f"seed{seed}", seed_lineage))
     best = max(seeds, key=lambda s: (s.best_val_mean, -s.search_seed))
