@@ -5,8 +5,9 @@
 
 1. Starts a vLLM CPU server on the tiny model (as benchmarks/rollout_throughput.py does: dev mode, so the
    prefix cache can be reset; server pinned to the first half of the CPUs unless --shared-cpus).
-2. Search: one search seed of the `library` reflector on `--family` with the tiny student (every turn must
-   call a tool, schemas strict, temperature 1 with per-turn seeds, so each episode runs its `--max-turns`),
+2. Search: one search seed of the `library` reflector on `--family` with the tiny student, from h0 with every
+   tool that takes a parameter hidden (every turn must call a tool, schemas strict, temperature 1 with
+   per-turn seeds, so each episode runs its `--max-turns`),
    `--budget` evaluations, minibatch `--minibatch`, `--proposals` proposals per iteration, `--val-n` val
    instances. Times the whole search (GEPA, reflection, lineage included) and counts the rollouts it ran.
 3. Pool: resets the prefix cache and runs exactly the rollouts the search ran (same harnesses, instances,
@@ -47,6 +48,26 @@ def server_requests(api_base: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
+def argument_free(family: str) -> Any:
+    """The family's h0 with every tool that takes a parameter hidden.
+
+    The tiny random model under `tool_choice=required` samples free text into a string argument until the
+    length cut (probed 2026-12-01: 2 of 3 replies), which ends the episode at turn 0 (optional integer
+    arguments did the same by turn 2); with only argument-free tools every turn is one complete call and each
+    episode runs its `--max-turns`.
+    """
+    import tasks
+    from harness import baseline
+
+    env = tasks.make_env(tasks.instances(family, "val")[0])
+    try:
+        hidden = sorted(t.name for t in env.tools() if t.openai()["function"].get("parameters", {}).get("properties"))
+    finally:
+        env.close()
+    h0 = baseline(family)
+    return h0.model_copy(update={"tools": h0.tools.model_copy(update={"hidden": hidden})})
+
+
 class Recorder:
     """Wraps the pool evaluator and keeps every (harness, item) it was asked to run (the cache's misses)."""
 
@@ -78,7 +99,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--proposals", type=int, default=4, help="proposals per iteration (one batch of rollouts)")
     ap.add_argument("--val-n", type=int, default=8)
     ap.add_argument("--max-turns", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=16, help="episodes in flight per server")
     ap.add_argument("--api-base", default=None, help="use a running server (serving 'tiny')")
@@ -99,7 +120,6 @@ def main() -> None:
     from deploy.vllm_server import stop_server
     from flows.evolution_pool import PoolEvaluator
     from flows.store import RunStore
-    from harness import baseline
     from harness.evolution import CachedEvaluator, ResultCache, SearchConfig, items_for, make_reflector, run_search
 
     handle = state = None
@@ -124,6 +144,7 @@ def main() -> None:
         train = items_for(tasks.instances(fam, "train"), [0])
         val = items_for(tasks.instances(fam, "val", args.val_n), [0])
         out = tmp / "evolution" / fam
+        start = argument_free(fam)
         with RolloutPool(args.actors, concurrency_per_server=args.concurrency) as pool:
             def evaluator(where: Path = out) -> tuple[CachedEvaluator, Recorder]:
                 rec = Recorder(PoolEvaluator(pool, role, limits, store, f"evolve/{fam}", tool_choice="required"))
@@ -132,7 +153,7 @@ def main() -> None:
             reset_prefix_cache(api_base)
             search_ev, rec = evaluator()
             t0 = time.perf_counter()
-            result = run_search(baseline(fam), train, val, search_ev, make_reflector("library", fam), config, out)
+            result = run_search(start, train, val, search_ev, make_reflector("library", fam), config, out)
             search_s = time.perf_counter() - t0
             jobs = [RolloutJob(instance=it.instance, harness=h, model=role, seed=it.seed, limits=limits,
                                tool_choice="required", tag="bench-pool") for h, items in rec.requests for it in items]
@@ -142,14 +163,14 @@ def main() -> None:
             pool_s = time.perf_counter() - t0
             before = server_requests(api_base)
             resume_ev, _ = evaluator()
-            run_search(baseline(fam), train, val, resume_ev, make_reflector("library", fam), config, out)
+            run_search(start, train, val, resume_ev, make_reflector("library", fam), config, out)
             # the whole search again from scratch (no GEPA state), over a copy of the cache: every evaluation
             # it asks for must be a hit, and it must end with the same h*
             replay = tmp / "replay"
             replay.mkdir()
             shutil.copy(out / "cache.jsonl", replay / "cache.jsonl")
             replay_ev, _ = evaluator(replay)
-            again = run_search(baseline(fam), train, val, replay_ev, make_reflector("library", fam), config, replay)
+            again = run_search(start, train, val, replay_ev, make_reflector("library", fam), config, replay)
             resume_requests = server_requests(api_base) - before
         n = result.evaluations_run
         turns = sum(len(t.turns) for t in trajs)
