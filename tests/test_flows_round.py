@@ -155,22 +155,29 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     print(f"round test: first run {first_s:.0f} s")  # noqa: T201 - the figure docs/flows.md quotes
 
 
+def _run_stopped(tmp_path: Path, raw: dict, exit_code: int) -> tuple[str, str, dict, Path]:
+    """Run the config, which must stop with `exit_code`, name how to resume and release its lock.
+    Returns (run id, the output on one line, the round's stage records, the config file)."""
+    cfg = tmp_path / "round.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg)])
+    assert result.exit_code == exit_code, result.output
+    (run_id,) = list_runs(tmp_path / "runs")
+    text = " ".join(result.output.split())
+    assert f"coevo run --resume {run_id}" in text
+    assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()  # the lock is released: resumable
+    return run_id, text, _round_state(tmp_path / "runs", run_id, raw["round"]["index"]), cfg
+
+
 @pytest.mark.vllm
 def test_spent_budget_stops_the_round_cleanly_and_resumably(tmp_path: Path, vllm_server: str, tiny_model_dir: Path,
                                                             ray_local: None, prefect_harness: None) -> None:
     raw = round_config(tmp_path, vllm_server, tiny_model_dir)
     raw["models"]["student"]["input_cost_per_token"] = 1e-3  # priced like an API role: the first stage spends it
     raw["round"]["budget_usd"] = 0.01
-    cfg = tmp_path / "round.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    result = invoke(["run", "--config", str(cfg)])
-    assert result.exit_code == 3, result.output
-    (run_id,) = list_runs(tmp_path / "runs")
-    text = " ".join(result.output.split())
-    assert "API budget $0.01 spent" in text and f"coevo run --resume {run_id}" in text
-    state = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
+    _, text, state, _ = _run_stopped(tmp_path, raw, exit_code=3)
+    assert "API budget $0.01 spent" in text
     assert set(state) == {"evaluate_h0"} and state["evaluate_h0"]["cost_usd"] > 0.01  # stopped before `evolve`
-    assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()  # the lock is released: resumable
 
 
 @pytest.mark.vllm
@@ -178,17 +185,9 @@ def test_a_stage_past_its_timeout_fails_the_run_and_keeps_finished_stages(
         tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, prefect_harness: None) -> None:
     raw = round_config(tmp_path, vllm_server, tiny_model_dir)
     raw["round"]["stage_timeout_s"] = {"evolve": 1}  # a 6-evaluation search on vLLM takes longer than 1 s
-    cfg = tmp_path / "round.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    result = invoke(["run", "--config", str(cfg)])
-    assert result.exit_code == 1, result.output
-    (run_id,) = list_runs(tmp_path / "runs")
-    text = " ".join(result.output.split())
+    run_id, text, state, cfg = _run_stopped(tmp_path, raw, exit_code=1)
     assert "StageTimeout" in text and "stage evolve passed its limit of 1 s (round.stage_timeout_s.evolve)" in text
-    assert f"coevo run --resume {run_id}" in text
-    state = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
     assert set(state) == {"evaluate_h0"}  # the finished stage is kept; the timed-out one is not recorded as done
-    assert not (tmp_path / "runs" / run_id / LOCK_FILE).exists()
 
     # the limit raised in the config, then --resume: nothing recomputed before the stage that timed out
     raw["round"]["stage_timeout_s"] = {"evolve": 3600}
