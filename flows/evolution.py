@@ -173,14 +173,14 @@ class SearchProgress:
     def __init__(self, family: str, config: SearchConfig, emit: Callable[[str], object]) -> None:
         self.total = config.budget_rollouts * config.seeds
         self.ticker = Progress(f"{family} search evaluations", self.total, emit=emit)
-        self.finished_seeds, self.used = 0, 0
+        self.spent_before, self.used = 0, 0  # evaluations of the seeds already run; of the current seed
 
-    def on_optimization_start(self, event: Any) -> None:
-        self.finished_seeds, self.used = self.finished_seeds + self.used, 0
+    def on_optimization_start(self, event: Any) -> None:  # a new search seed starts
+        self.spent_before, self.used = self.spent_before + self.used, 0
 
     def on_budget_updated(self, event: Any) -> None:
         self.used = int(event["metric_calls_used"])
-        self.ticker.update(min(self.finished_seeds + self.used, self.total - 1))  # the last line comes from done()
+        self.ticker.update(min(self.spent_before + self.used, self.total - 1))  # the last line comes from done()
 
     def done(self) -> None:
         self.ticker.update(self.total)

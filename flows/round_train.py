@@ -53,7 +53,8 @@ def _chat_template(ctx: RoundContext) -> Path | None:
 
 
 def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Callable[[StepLog], None]:
-    """Optimizer steps of the arm's unfinished seeds as `flows.progress` lines (done/total, ETA, last loss)."""
+    """Optimizer steps of the arm's unfinished seeds as `flows.progress` lines (done/total, ETA), and each
+    seed's final loss."""
     per_seed = len(batch_plan(examples, lora.effective_batch, lora.epochs, 0))
     ticker = Progress(f"train {arm}: optimizer steps", per_seed * max(seeds, 1), emit=run_emitter(log))
     state = {"done": 0}
