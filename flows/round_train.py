@@ -57,11 +57,12 @@ def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Ca
     seed's final loss."""
     per_seed = len(batch_plan(examples, lora.effective_batch, lora.epochs, 0))
     ticker = Progress(f"train {arm}: optimizer steps", per_seed * max(seeds, 1), emit=run_emitter(log))
-    state = {"done": 0}
+    done = 0
 
     def on_step(entry: StepLog) -> None:
-        state["done"] += 1
-        ticker.update(min(state["done"], ticker.total))
+        nonlocal done
+        done += 1
+        ticker.update(min(done, ticker.total))
         if entry.step == per_seed:
             ticker.emit(f"train {arm}: a seed finished at loss {entry.loss:.4f}")
 
@@ -84,10 +85,10 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
     root = ctx.store.root / "adapters" / s.arm
     data_hash = manifest_sha256(out)
     reused = [k for k in range(lora.seeds) if finished(root / f"seed-{k}", lora, k, data_hash) is not None]
+    examples = read_manifest(out).stats.examples
     summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False,
-                            on_step=_step_progress(s.arm, read_manifest(out).stats.examples, lora,
-                                                   lora.seeds - len(reused)))
-    return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=read_manifest(out).stats.examples,
+                            on_step=_step_progress(s.arm, examples, lora, lora.seeds - len(reused)))
+    return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=examples,
                        adapters={x.seed: str(root / f"seed-{x.seed}") for x in summaries},
                        final_loss={x.seed: x.loss_curve[-1].loss for x in summaries if x.loss_curve},
                        seeds_reused=reused)
