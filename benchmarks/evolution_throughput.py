@@ -5,7 +5,8 @@
 
 1. Starts a vLLM CPU server on the tiny model (as benchmarks/rollout_throughput.py does: dev mode, so the
    prefix cache can be reset; server pinned to the first half of the CPUs unless --shared-cpus).
-2. Search: one search seed of the `library` reflector on `--family` with the tiny student, from h0 with every
+2. Search: `--search-seeds` search seeds (default 3, the issue's setting, run at once on the one pool unless
+   `--sequential-seeds`) of the `library` reflector on `--family` with the tiny student, from h0 with every
    tool that takes a parameter hidden (every turn must call a tool, schemas strict, temperature 1 with
    per-turn seeds, so each episode runs its `--max-turns`),
    `--budget` evaluations, minibatch `--minibatch`, `--proposals` proposals per iteration, `--val-n` val
@@ -97,6 +98,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--budget", type=int, default=60, help="evaluations (GEPA metric calls) of the search")
     ap.add_argument("--minibatch", type=int, default=3)
     ap.add_argument("--proposals", type=int, default=4, help="proposals per iteration (one batch of rollouts)")
+    ap.add_argument("--search-seeds", type=int, default=3, help="GEPA runs of the search (h* = best of all)")
+    ap.add_argument("--sequential-seeds", action="store_true", help="run the search seeds one after another")
     ap.add_argument("--val-n", type=int, default=8)
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=96)
@@ -139,8 +142,9 @@ def main() -> None:
                          temperature=TEMPERATURE, strict_tools=True)
         limits = Limits(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
         store = RunStore(tmp, "bench")
-        config = SearchConfig(family=fam, seeds=1, minibatch_size=args.minibatch, budget_rollouts=args.budget,
-                              proposals_per_iteration=args.proposals)
+        config = SearchConfig(family=fam, seeds=args.search_seeds, minibatch_size=args.minibatch,
+                              budget_rollouts=args.budget, proposals_per_iteration=args.proposals,
+                              concurrent_seeds=not args.sequential_seeds)
         train = items_for(tasks.instances(fam, "train"), [0])
         val = items_for(tasks.instances(fam, "val", args.val_n), [0])
         out = tmp / "evolution" / fam
@@ -177,7 +181,8 @@ def main() -> None:
         search_rps, pool_rps = n / search_s, len(trajs) / pool_s
         hit_rate = resume_ev.hits / max(1, resume_ev.hits + resume_ev.misses)
         print(f"search: {n} rollouts in {search_s:.1f} s = {search_rps:.3f} rollouts/s "
-              f"({result.seeds[0].iterations} iterations, {args.proposals} proposals each, "
+              f"({len(result.seeds)} search seeds {'one after another' if args.sequential_seeds else 'at once'}, "
+              f"{sum(x.iterations for x in result.seeds)} iterations, {args.proposals} proposals each, "
               f"{result.evaluations_cached} evaluations from the cache)")
         stops = Counter(t.stop_reason for t in trajs)
         search_turns = sum(r.n_turns for r in search_ev.cache.results())
@@ -203,6 +208,7 @@ def main() -> None:
                           "resume_misses": resume_ev.misses, "replay_hits": replay_ev.hits,
                           "replay_misses": replay_ev.misses, "resume_server_requests": resume_requests,
                           "proposals": args.proposals, "budget": args.budget, "minibatch": args.minibatch,
+                          "search_seeds": args.search_seeds, "concurrent_seeds": not args.sequential_seeds,
                           "concurrency": args.concurrency}))
     finally:
         ray.shutdown()

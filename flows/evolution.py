@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,11 +73,13 @@ class EvolveSettings(BaseModel):
     tool_choice: ToolChoice | None = None
     actors: int = Field(default=2, ge=1)
     concurrency_per_server: int = Field(default=8, ge=1)
+    family_limits: dict[str, int] | None = Field(default=None, description="The pool's family_limits (null: default).")
     transfer: TransferSettings | None = None
 
     def identity(self) -> dict[str, Any]:
         """What a resume must match: everything but where the models are served and how much runs at once."""
-        data = self.model_dump(mode="json", exclude={"actors", "concurrency_per_server"})
+        data = self.model_dump(mode="json", exclude={"actors": True, "concurrency_per_server": True,
+                                                      "family_limits": True, "search": {"concurrent_seeds"}})
         for role in ("student", "reflector_role"):
             if data.get(role):
                 data[role].pop("api_base", None)
@@ -168,19 +171,19 @@ def accepted_edit_rows(lineage: list[EvolutionCandidate], best_id: str) -> list[
 
 
 class SearchProgress:
-    """A gepa callback: evaluations spent over all search seeds vs their budget, as `flows.progress` lines."""
+    """A gepa callback: evaluations spent over all search seeds (run at once or in turn) vs their budget, as
+    `flows.progress` lines."""
 
     def __init__(self, family: str, config: SearchConfig, emit: Callable[[str], object]) -> None:
         self.total = config.budget_rollouts * config.seeds
         self.ticker = Progress(f"{family} search evaluations", self.total, emit=emit)
-        self.spent_before, self.used = 0, 0  # evaluations of the seeds already run; of the current seed
-
-    def on_optimization_start(self, event: Any) -> None:  # a new search seed starts
-        self.spent_before, self.used = self.spent_before + self.used, 0
+        self.used: dict[int, int] = {}  # search seed -> evaluations it has spent
+        self._lock = threading.Lock()
 
     def on_budget_updated(self, event: Any) -> None:
-        self.used = int(event["metric_calls_used"])
-        self.ticker.update(min(self.spent_before + self.used, self.total - 1))  # the last line comes from done()
+        with self._lock:
+            self.used[int(event.get("search_seed", 0))] = int(event["metric_calls_used"])
+            self.ticker.update(min(sum(self.used.values()), self.total - 1))  # the last line comes from done()
 
     def done(self) -> None:
         self.ticker.update(self.total)
@@ -267,7 +270,7 @@ def evolve_harness(settings: EvolveSettings, run_dir: str, base_dir: str, resume
     """One family's harness search (resumes where an earlier attempt stopped) and its artifacts."""
     store = RunStore.open_existing(Path(run_dir).parent, Path(run_dir).name)
     pool = RolloutPool(settings.actors, address=ray_address, num_cpus=num_cpus,
-                       concurrency_per_server=settings.concurrency_per_server)
+                       concurrency_per_server=settings.concurrency_per_server, family_limits=settings.family_limits)
     try:
         summary = run_evolution(settings, store, Path(base_dir), pool, resume=resume)
     finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,7 +160,7 @@ class Harness(BaseModel):
         """Write YAML (or JSON for a .json path) atomically."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")  # unique: two threads may write one id
         tmp.write_text(self.to_json() if path.suffix == ".json" else self.to_yaml())
         tmp.replace(path)
         return path

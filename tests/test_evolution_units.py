@@ -11,7 +11,11 @@ import json
 import random
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,7 +23,8 @@ import pytest
 import tasks
 from harness import Harness, apply_edits, baseline, parse_edit
 from harness.edits import EditError, SetToolExamples
-from harness.evolution import ResultCache, cache_key, load_card, make_reflector, parse_strategy, section_id, stated_keys
+from harness.evolution import (CachedEvaluator, EvalItem, ResultCache, cache_key, items_for, load_card, make_reflector,
+                              parse_strategy, section_id, stated_keys)
 from harness.evolution.adapter import decode, encode
 from harness.evolution.cards import card_families
 from harness.evolution.records import (CallSummary, EvolutionCandidate, ProposalBudget, ProposedEdit, ReflectiveDataset,
@@ -177,6 +182,41 @@ def test_result_cache_survives_a_torn_last_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cache.jsonl:1"):
         ResultCache(path)
     assert cache_key("h", "i", 0, "sig") != cache_key("h", "i", 1, "sig") == cache_key("h", "i", 1, "sig")
+
+
+class _ScoreByIndex:
+    """An `Evaluator` (the protocol the search injects): score 1.0 for even instance indices, after a short
+    wait; it counts the items it was asked to run. Stands in for the rollout pool, which is outside the cache."""
+
+    signature = "score-by-index"
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.lock = threading.Lock()
+        self.started = threading.Event()
+
+    def __call__(self, harness: Harness, items: Sequence[EvalItem], on_result: object = None) -> list[RolloutResult]:
+        with self.lock:
+            self.ran += [it.label for it in items]
+        self.started.set()
+        time.sleep(0.3)
+        return [_result(0, it.instance.index % 2 == 0, key=cache_key(harness.id, it.instance.id, it.seed,
+                                                                      self.signature), instance_id=it.instance.id)
+                for it in items]
+
+
+def test_cached_evaluator_shared_by_threads_runs_each_evaluation_once(tmp_path: Path) -> None:
+    inner = _ScoreByIndex()
+    ev = CachedEvaluator(inner, ResultCache(tmp_path / "cache.jsonl"))
+    h = baseline(FAMILY)
+    items = items_for(tasks.instances(FAMILY, "val", 4), [0])
+    first = ThreadPoolExecutor(1).submit(ev, h, items[:3])
+    assert inner.started.wait(10)  # items 0-2 are running in the other thread now
+    second = ev(h, items[1:])  # 1 and 2 are waited for, 3 runs here
+    assert sorted(inner.ran) == sorted(it.label for it in items)  # every evaluation ran once
+    assert [r.passed for r in second] == [it.instance.index % 2 == 0 for it in items[1:]]
+    assert [r.key for r in first.result()] == [r.key for r in ev(h, items[:3])]
+    assert ev.misses == 4 and ev.hits == 2 + 3 and len(ev.cache) == 4
 
 
 def test_llm_answers_are_parsed_into_typed_edits_or_rejected_with_the_reason() -> None:

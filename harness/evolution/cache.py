@@ -4,7 +4,9 @@
 result arrives, so a search killed at any point keeps every rollout that finished. A torn last line (the
 process died mid-write) is ignored on load with a warning. `CachedEvaluator` wraps an injected evaluator:
 it answers from the cache, sends only the misses to the evaluator (as one batch) and records each new
-result. Its counters (`hits`, `misses`) are what a resume check and the benchmark report.
+result. Its counters (`hits`, `misses`) are what a resume check and the benchmark report. Several threads (the
+search seeds, run concurrently) may share one: an evaluation another thread is running now is waited for, not
+run again (it counts as a hit), so concurrent seeds asking for h0's validation pass run it once.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class CachedEvaluator:
         self.cache = cache
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()
+        self._running: dict[str, threading.Event] = {}  # key -> set when the thread running it is done
 
     @property
     def signature(self) -> str:
@@ -98,36 +102,61 @@ class CachedEvaluator:
     def evaluate_many(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[list[RolloutResult]]:
         """Cached results where there are; every miss of every request goes to the evaluator in one batch."""
         keys = [[self.key(h, it) for it in items] for h, items in requests]
-        todo: dict[str, tuple[Harness, EvalItem]] = {}
-        for (h, items), ks in zip(requests, keys, strict=True):
-            for k, it in zip(ks, items, strict=True):
-                if k not in self.cache and k not in todo:
-                    todo[k] = (h, it)
-        self.hits += sum(len(ks) for ks in keys) - len(todo)
-        if todo:
-            def record(r: RolloutResult) -> None:
-                self.cache.put(r)
-                if on_result is not None:
-                    on_result(r)
-
-            by_harness: dict[str, tuple[Harness, list[EvalItem]]] = {}
-            for h, it in todo.values():
-                by_harness.setdefault(h.id, (h, []))[1].append(it)
-            for batch in evaluate_many(self.inner, list(by_harness.values()), record):
-                for r in batch:
-                    if r.key not in todo:
-                        raise RuntimeError(f"evaluator returned result {r.key} for no requested item "
-                                           f"(its signature or cache_key use is inconsistent)")
-                    self.cache.put(r)  # idempotent; covers evaluators that do not call on_result
-            self.misses += len(todo)
+        todo, others = self._claim(requests, keys)
+        try:
+            if todo:
+                self._run(todo, on_result)
+        finally:
+            with self._lock:
+                for k in todo:
+                    self._running.pop(k).set()
+        for done in others:
+            done.wait()
         return [[self.cache.get(k) or _missing(k) for k in ks] for ks in keys]
+
+    def _claim(self, requests: Sequence[Request], keys: list[list[str]]
+               ) -> tuple[dict[str, tuple[Harness, EvalItem]], list[threading.Event]]:
+        """The misses this call runs (claimed), and the events of those another thread is running now."""
+        todo: dict[str, tuple[Harness, EvalItem]] = {}
+        others: dict[str, threading.Event] = {}
+        with self._lock:
+            for (h, items), ks in zip(requests, keys, strict=True):
+                for k, it in zip(ks, items, strict=True):
+                    if k in self.cache or k in todo or k in others:
+                        continue
+                    if k in self._running:
+                        others[k] = self._running[k]
+                    else:
+                        todo[k] = (h, it)
+                        self._running[k] = threading.Event()
+            self.hits += sum(len(ks) for ks in keys) - len(todo)
+        return todo, list(others.values())
+
+    def _run(self, todo: dict[str, tuple[Harness, EvalItem]], on_result: OnResult | None) -> None:
+        def record(r: RolloutResult) -> None:
+            self.cache.put(r)
+            if on_result is not None:
+                on_result(r)
+
+        by_harness: dict[str, tuple[Harness, list[EvalItem]]] = {}
+        for h, it in todo.values():
+            by_harness.setdefault(h.id, (h, []))[1].append(it)
+        for batch in evaluate_many(self.inner, list(by_harness.values()), record):
+            for r in batch:
+                if r.key not in todo:
+                    raise RuntimeError(f"evaluator returned result {r.key} for no requested item "
+                                       f"(its signature or cache_key use is inconsistent)")
+                self.cache.put(r)  # idempotent; covers evaluators that do not call on_result
+        with self._lock:
+            self.misses += len(todo)
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "cached": len(self.cache)}
 
 
 def _missing(key: str) -> RolloutResult:
-    raise RuntimeError(f"no result for evaluation {key} after running it (the evaluator dropped an item)")
+    raise RuntimeError(f"no result for evaluation {key} after running it (the evaluator dropped an item, or "
+                       f"the thread that ran it failed)")
 
 
 def read_results(path: str | Path) -> list[RolloutResult]:

@@ -12,6 +12,12 @@ the whole validation set and joins the pool. Budgets (each per search seed): eva
 cache, so a resumed search counts exactly as an uninterrupted one), reflector dollars (GEPA's
 reflection-cost stopper) and wall time. GEPA's state lives in `<out>/seed<k>/gepa/`: a killed search resumes
 from it, and the result cache answers every evaluation that had finished, so no rollout runs twice.
+
+The search seeds run concurrently (one thread each, `concurrent_seeds`): GEPA's loop is synchronous (a parent's
+minibatch, then the child's, then validation), so one seed leaves the rollout pool idle while its batch waits
+for its slowest episode; three seeds keep three batches in flight on the same pool. Each seed's GEPA run is
+the same as alone (its own state, sampler and RNG); the shared cache runs an evaluation two seeds ask for at
+once only once. Callbacks receive each event with the seed added (`event["search_seed"]`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,6 +65,8 @@ class SearchConfig(BaseModel):
     max_edits: int = Field(default=2, ge=1, description="Edits per proposal.")
     max_retries: int = Field(default=2, ge=0, description="Times an invalid llm answer is sent back with its error.")
     acceptance: Literal["strict_improvement", "improvement_or_equal"] = "strict_improvement"
+    concurrent_seeds: bool = Field(default=True, description="Run the search seeds at once on the shared "
+                                   "evaluator (keeps the pool busy); False runs them one after another.")
 
 
 class SeedSummary(BaseModel):
@@ -108,6 +117,19 @@ class _FileLogger:
         log.debug("gepa: %s", message)
 
 
+class _ForSeed:
+    """A gepa callback that forwards every `on_*` event to `inner` with `search_seed` added."""
+
+    def __init__(self, inner: Any, seed: int) -> None:
+        self.inner, self.seed = inner, seed
+
+    def __getattr__(self, name: str) -> Callable[[Any], None]:
+        method = getattr(self.inner, name) if name.startswith("on_") else None
+        if method is None:
+            raise AttributeError(name)
+        return lambda event: method({**event, "search_seed": self.seed})
+
+
 class _Deadline:
     """Stop once wall time since the first check of this process passes `seconds` (GEPA stopper)."""
 
@@ -151,7 +173,8 @@ def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], e
         sampling_strategy=IndependentSampling(config.proposals_per_iteration) if config.proposals_per_iteration > 1
         else None, frontier_type="instance",
         acceptance_criterion=config.acceptance, max_metric_calls=config.budget_rollouts,
-        stop_callbacks=stoppers or None, run_dir=str(run_dir), callbacks=[proposer, *callbacks],
+        stop_callbacks=stoppers or None, run_dir=str(run_dir),
+        callbacks=[proposer, *(_ForSeed(cb, seed) for cb in callbacks)],
         logger=_FileLogger(seed_dir / "search_log.txt"), seed=seed, skip_perfect_score=True, perfect_score=1.0,
         use_merge=False, cache_evaluation=False, track_best_outputs=False, raise_on_exception=True,
     )
@@ -184,12 +207,17 @@ def run_search(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], 
     out.mkdir(parents=True, exist_ok=True)
     h0.dump(out / "h0.yaml")
     hits0, misses0 = evaluator.hits, evaluator.misses
-    lineage: list[EvolutionCandidate] = []
-    seeds: list[SeedSummary] = []
-    for seed in range(config.seeds):
-        seed_lineage = _run_seed(h0, train, val, evaluator, reflector, config, seed, out / f"seed{seed}", callbacks)
-        lineage += seed_lineage
-        seeds.append(_summary(seed, out / f"seed{seed}", seed_lineage))
+
+    def one(seed: int) -> list[EvolutionCandidate]:
+        return _run_seed(h0, train, val, evaluator, reflector, config, seed, out / f"seed{seed}", callbacks)
+
+    if config.concurrent_seeds and config.seeds > 1:
+        with ThreadPoolExecutor(max_workers=config.seeds, thread_name_prefix="search-seed") as ex:
+            per_seed = list(ex.map(one, range(config.seeds)))
+    else:
+        per_seed = [one(seed) for seed in range(config.seeds)]
+    lineage = [c for seed_lineage in per_seed for c in seed_lineage]
+    seeds = [_summary(seed, out / f"seed{seed}", per_seed[seed]) for seed in range(config.seeds)]
     best = max(seeds, key=lambda s: (s.best_val_mean, -s.search_seed))
     h_star = reconstruct(h0, lineage, best.best_id)
     h_star.model_copy(update={"name": f"h*/{config.family}"}).dump(out / "h_star.yaml")
