@@ -22,6 +22,13 @@ Contract:
   and, while the model has another server, the job starts over there (an attempt, counted in
   `stats.rerouted`). With no server left the `model_error` trajectory is the job's result.
 - Trajectories come back through Ray object refs to the driver; actors share no state.
+- At most `family_limits[family]` episodes of a family in flight over the pool (default: no family limit).
+  A bound on latency for heavy families (a browser episode keeps about a core busy), paid in throughput:
+  measured on 2 cores, 10 website_admin episodes ran 2.2x faster each under a limit of 2 than all at once,
+  but the 10 took 53 s instead of 30 s (benchmarks/README.md).
+- Several threads may stream on one pool at once (the search seeds of a harness search do): they share the
+  actors and the per-server limits; a stream whose jobs find every slot of their server taken by other
+  streams waits for one to free (first come, first served), it is never refused.
 
 `RolloutJob` and `Limits` live in `agents.jobs` (re-exported here).
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +120,7 @@ class RolloutPool:
         concurrency_per_server: int = 8,
         max_attempts: int = 3,
         api_bases: dict[str, list[str]] | None = None,
+        family_limits: dict[str, int] | None = None,
     ) -> None:
         if n_actors < 1:
             raise ValueError(f"n_actors must be >= 1, got {n_actors}")
@@ -122,10 +131,14 @@ class RolloutPool:
         for model, bases in (api_bases or {}).items():
             if not bases:
                 raise ValueError(f"api_bases['{model}'] is empty; give at least one server URL")
+        for family, limit in (family_limits or {}).items():
+            if limit < 1:
+                raise ValueError(f"family_limits['{family}'] must be >= 1, got {limit}")
         self.n_actors = n_actors
         self.concurrency_per_server = concurrency_per_server
         self.max_attempts = max_attempts
         self.api_bases = {m: list(b) for m, b in (api_bases or {}).items()}
+        self.family_limits = dict(family_limits or {})
         self.stats = PoolStats()
         self.timings: dict[str, JobTiming] = {}
         self._owns_ray = False
@@ -143,6 +156,10 @@ class RolloutPool:
         self._placed: set[int] = set()
         self._slots = [_Slot(handle=self._new_actor(i)) for i in range(n_actors)]
         self._server_load: collections.Counter[str | None] = collections.Counter()
+        self._family_load: collections.Counter[str] = collections.Counter()
+        # guards the scheduling state (slots, server loads, stats) across concurrent streams; notified
+        # whenever a flight is released, so a stream waiting for room looks again
+        self._sched = threading.Condition(threading.RLock())
         self._closed = False
 
     # --- public -----------------------------------------------------------------------------------
@@ -158,21 +175,25 @@ class RolloutPool:
         done: set[str] = set()
         try:
             while pending or flights:
-                self._dispatch(pending, flights)
-                if not flights:
-                    raise RuntimeError("no job could be dispatched (internal scheduling error)")
+                if not self._start(pending, flights):
+                    continue  # every slot its jobs need is held by other streams; one has freed since
                 ready, _ = ray.wait(list(flights), num_returns=1, timeout=_WAIT_S)
                 for ref in ready:
                     flight = flights.pop(ref)
-                    traj = self._collect(ref, flight, pending)
-                    if traj is not None and traj.id not in done:
+                    with self._sched:
+                        traj = self._collect(ref, flight, pending)
+                        self._sched.notify_all()
+                        if traj is None or traj.id in done:
+                            continue
                         done.add(traj.id)
                         self.stats.finished += 1
-                        yield traj
+                    yield traj
         finally:
-            for ref, flight in flights.items():  # the consumer stopped early: free the servers
-                ray.cancel(ref)
-                self._release(flight)
+            with self._sched:
+                for ref, flight in flights.items():  # the consumer stopped early: free the servers
+                    ray.cancel(ref)
+                    self._release(flight)
+                self._sched.notify_all()
 
     def run(self, jobs: Sequence[RolloutJob], progress: bool = False) -> list[Trajectory]:
         """All trajectories, in job order (a repeated job gets the same trajectory at each position)."""
@@ -226,9 +247,25 @@ class RolloutPool:
         """Episodes in flight per model server (None: in-process providers), for monitoring and chaos tests."""
         return {s: n for s, n in self._server_load.items() if n}
 
+    def family_loads(self) -> dict[str, int]:
+        """Episodes in flight per task family (for monitoring and the family-limit test)."""
+        return {f: n for f, n in self._family_load.items() if n}
+
     def _capacity(self, server: str | None) -> int:
         # Providers running in the actor process (the oracle) have no server; bound them per actor.
         return self.concurrency_per_server * (self.n_actors if server is None else 1)
+
+    def _start(self, pending: collections.deque[_Pending], flights: dict[Any, _Flight]) -> bool:
+        """Dispatch what fits; False (after waiting for a release) when this stream has nothing in flight
+        because other streams hold the slots its jobs need."""
+        with self._sched:
+            self._dispatch(pending, flights)
+            if flights:
+                return True
+            if not sum(self._server_load.values()):
+                raise RuntimeError("no job could be dispatched (internal scheduling error)")
+            self._sched.wait(timeout=_WAIT_S)
+            return False
 
     def _dispatch(self, pending: collections.deque[_Pending], flights: dict[Any, _Flight]) -> None:
         """Start every pending job whose server has room, FIFO per server, on the least-loaded actor."""
@@ -236,7 +273,9 @@ class RolloutPool:
         while pending:
             item = pending.popleft()
             server = min(self._servers_for(item.job), key=lambda s: self._server_load[s])
-            if self._server_load[server] >= self._capacity(server):
+            family = item.job.instance.family
+            if (self._server_load[server] >= self._capacity(server)
+                    or self._family_load[family] >= self.family_limits.get(family, 1 << 30)):
                 waiting.append(item)
                 continue
             slot_i = min(range(len(self._slots)), key=lambda i: self._slots[i].in_flight)
@@ -247,10 +286,12 @@ class RolloutPool:
                                    item.errors)
             slot.in_flight += 1
             self._server_load[server] += 1
+            self._family_load[family] += 1
         pending.extend(waiting)
 
     def _release(self, flight: _Flight) -> None:
         self._server_load[flight.server] -= 1
+        self._family_load[flight.job.instance.family] -= 1
         slot = self._slots[flight.slot]
         if slot.generation == flight.generation:
             slot.in_flight -= 1

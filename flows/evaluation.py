@@ -148,7 +148,8 @@ def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_nam
     owner = {job.key: c for c in todo for job in c.jobs}
     buckets: dict[str, list[Trajectory]] = {c.key: [] for c in todo}
     pool = RolloutPool(config.ray.actors, address=config.ray.address, num_cpus=config.ray.num_cpus,
-                       concurrency_per_server=config.ray.concurrency_per_server, api_bases=api_bases(config))
+                       concurrency_per_server=config.ray.concurrency_per_server, api_bases=api_bases(config),
+                       family_limits=config.ray.family_limits)
     last = 0.0
     ticker = Progress(f"{pair_name} rollouts", total, finished, emit=log.info)  # done/total, ETA on the terminal
     try:

@@ -88,6 +88,7 @@ def evolve_settings(ctx: RoundContext, family: str) -> EvolveSettings:
                           harness=start, search=search, train_instances=s.train_instances,
                           val_instances=s.val_instances, train_seeds=s.train_seeds, val_seeds=s.val_seeds,
                           limits=ctx.config.limits, actors=ctx.config.ray.actors,
+                          family_limits=ctx.config.ray.family_limits,
                           concurrency_per_server=ctx.config.ray.concurrency_per_server)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 import pytest
@@ -157,6 +158,63 @@ def test_routing_sticks_each_episode_to_one_least_loaded_server(ray_local: None)
     assert set(servers) == set(bases)  # capacity 1 per replica: the second job must go to the other one
     assert all(t.passed for t in trajs), [(t.instance.id, t.verdict.feedback) for t in trajs]
     assert all(t.model_id == role.id for t in trajs)  # the record names the job's model, not the replica
+
+
+def test_two_threads_stream_on_one_pool_and_share_its_limits(ray_local: None) -> None:
+    """The search seeds of a harness search stream on one pool at once: a stream whose server is full (taken by
+    the other stream) waits for room instead of failing, the per-server limit holds over both, and each stream
+    gets exactly its own trajectories."""
+    fam = _families()[0]
+    h = harness.baseline(fam)
+    role = ModelRole(model=f"oracle/{fam}")
+    insts = tasks.instances(fam, "val")[:4]
+    mine = [[RolloutJob(instance=i, harness=h, model=role, seed=s, limits=Limits(max_turns=40)) for i in insts[:2]]
+            for s in (0, 1)]
+    loads: list[int] = []
+    with RolloutPool(n_actors=1, concurrency_per_server=1) as pool:  # the oracle runs in the actor: capacity 1
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                loads.append(sum(pool.server_loads().values()))
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        with ThreadPoolExecutor(2) as ex:
+            got = list(ex.map(lambda jobs: [t.id for t in pool.stream(jobs)], mine))
+        stop.set()
+        watcher.join()
+        assert pool.stats.finished == 4 and pool.server_loads() == {}
+    assert [sorted(ids) for ids in got] == [sorted(j.key for j in jobs) for jobs in mine]
+    assert max(loads) == 1
+
+
+def test_family_limit_bounds_a_familys_episodes_in_flight(ray_local: None) -> None:
+    """`family_limits` caps a family's episodes over the whole pool, whatever room the servers and actors
+    have; other families are not held back."""
+    fam, other = _families()
+    role_of = {f: ModelRole(model=f"oracle/{f}") for f in (fam, other)}
+    jobs = [RolloutJob(instance=i, harness=harness.baseline(f), model=role_of[f], seed=0, limits=Limits(max_turns=40))
+            for f in (fam, other) for i in tasks.instances(f, "val")[:3]]
+    loads: list[dict[str, int]] = []
+    with RolloutPool(n_actors=2, concurrency_per_server=8, family_limits={fam: 1}) as pool:
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                loads.append(pool.family_loads())
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        trajs = pool.run(jobs)
+        stop.set()
+        watcher.join()
+    assert all(t.passed for t in trajs)
+    assert max(x.get(fam, 0) for x in loads) == 1 and max(x.get(other, 0) for x in loads) > 1
+    with pytest.raises(ValueError, match="family_limits"):
+        RolloutPool(family_limits={fam: 0})
 
 
 def test_duplicate_jobs_run_once_and_jobs_round_trip(ray_local: None) -> None:
