@@ -89,6 +89,24 @@ def _is_optional(annotation: Any) -> bool:
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
 
 
+def record_args(record: BaseModel) -> list[str]:
+    """The command-line options that give a command declared with `model_options` this record: the inverse
+    of the generated options (a launcher running `coevo train` in other processes passes its settings so)."""
+    args: list[str] = []
+    for name, value in record.model_dump(mode="json").items():
+        flag = option_name(name)
+        if value is None:
+            continue  # an optional field left out is None
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{flag.removeprefix('--')}")
+        elif isinstance(value, list):
+            for item in value:
+                args += [flag, str(item)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
 def _option_type(field: FieldInfo) -> tuple[Any, Any]:
     """(annotation typer understands, default) for one field; a tuple field becomes a repeatable list option."""
     annotation, default = field.annotation, field.get_default(call_default_factory=True)

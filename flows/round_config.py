@@ -137,8 +137,10 @@ class RoundConfig(BaseModel):
     gate: GateSettings = Field(default_factory=GateSettings)
     budget_usd: float | None = Field(default=None, gt=0, description="Run-level dollars for API roles (expert, "
                                      "reflector, locator, judge): spent -> the round stops cleanly, resumable.")
-    accelerate_config: str | None = Field(default=None, description="accelerate config for multi-GPU LoRA "
-                                          "(checked by --dry-run against the servers).")
+    accelerate_config: str | None = Field(default=None, description="accelerate config (relative to the repo "
+                                          "root, or absolute): the train stage runs `accelerate launch` with it "
+                                          "(multi-GPU or multi-process LoRA; checked by --dry-run against the "
+                                          "servers); unset, LoRA trains in the flow's process.")
     est_rollout_s: dict[str, float] = Field(default_factory=dict, description="Seconds per rollout by model prefix "
                                             "for the --dry-run estimate (defaults in flows/round_plan.py).")
     stage_timeout_s: dict[str, float] = Field(

@@ -1,17 +1,24 @@
 """The round's `train` stage: each arm's set -> a dataset (tokenized with M_t's tokenizer) -> one LoRA adapter
 per training seed, under `<round>/adapters/<arm>/seed-<s>`; finished seeds (same data and settings) are skipped.
+In the flow's own process by default; with `round.accelerate_config` under `accelerate launch` (`launch_seeds`).
 Then `serve_adapters` hot-loads them as `student@r{t+1}-imit-h0-s{seed}`, `...-imit-s{seed}`, `...-corr-s{seed}`.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows import servers as server_mod
+from flows.cli_options import record_args
 from flows.progress import Progress, run_emitter
 from flows.round_config import adapter_name
 from flows.round_context import RoundContext
@@ -20,7 +27,7 @@ from flows.store import content_key
 from training.dataset import (build_dataset, is_dataset, load_tokenizer, manifest_sha256, read_manifest,
                               tokenizer_fingerprint, write_dataset)
 from training.config import TrainConfig
-from training.lora import StepLog, batch_plan, finished, train_seeds
+from training.lora import StepLog, TrainSummary, batch_plan, finished, train_seeds
 
 log = logging.getLogger(__name__)
 MASK = "turns"  # every set marks its trained turns (flows/round_data.py)
@@ -69,6 +76,38 @@ def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Ca
     return on_step
 
 
+def launch_seeds(accelerate_config: Path, data: Path, weights: Path, root: Path, lora: TrainConfig, repo: Path,
+                 arm: str) -> list[TrainSummary]:
+    """`round.accelerate_config` set: the arm's seeds trained by `accelerate launch --config_file CONFIG -m
+    flows.cli train` (several processes or GPUs: DDP, FSDP, ZeRO-3), its output lines logged as they come;
+    the summaries are read back from the adapters it wrote (finished seeds are skipped by `coevo train`)."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
+           "-m", "flows.cli", "train", "--data", str(data), "--base", str(weights), "--out", str(root),
+           *record_args(lora), "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
+           "TOKENIZERS_PARALLELISM": "false"}
+    emit = run_emitter(log)
+    emit(f"train {arm}: accelerate launch --config_file {accelerate_config.name} ({lora.seeds} seeds)")
+    tail: collections.deque[str] = collections.deque(maxlen=20)
+    errors: list[str] = []  # `coevo: error: ...` lines of the ranks (the launcher's own traceback follows them)
+    with subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout or ():
+            tail.append(line.rstrip())
+            if "error:" in line and len(errors) < 5:
+                errors.append(line.strip())
+            if line.strip():
+                log.info("train %s | %s", arm, line.rstrip())
+    if proc.returncode:
+        raise RuntimeError(f"train {arm}: accelerate launch exited with {proc.returncode}: "
+                           f"{' | '.join(dict.fromkeys(errors)) or 'no error line'}; its last lines:\n" + "\n".join(tail))
+    data_hash = manifest_sha256(data)
+    summaries = [finished(root / f"seed-{k}", lora, k, data_hash) for k in range(lora.seeds)]
+    missing = [k for k, x in enumerate(summaries) if x is None]
+    if missing:
+        raise RuntimeError(f"train {arm}: accelerate launch finished but seeds {missing} have no adapter in {root}")
+    return [x for x in summaries if x is not None]
+
+
 def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
     if not s.rows:
         return ArmTraining(arm=s.arm, harness=s.harness, reason=s.reason or "empty set")
@@ -86,8 +125,17 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
     data_hash = manifest_sha256(out)
     reused = [k for k in range(lora.seeds) if finished(root / f"seed-{k}", lora, k, data_hash) is not None]
     examples = read_manifest(out).stats.examples
-    summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False,
-                            on_step=_step_progress(s.arm, examples, lora, lora.seeds - len(reused)))
+    if ctx.r.accelerate_config:
+        config = ctx.base / ctx.r.accelerate_config
+        processes = int((yaml.safe_load(config.read_text()) or {}).get("num_processes", 1))
+        if processes > 1 and examples < lora.effective_batch:  # several processes train on full batches only
+            return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=examples,
+                               reason=f"{examples} examples make no full batch of {lora.effective_batch} for "
+                                      f"{processes} processes ({config.name})")
+        summaries = launch_seeds(config, out, weights, root, lora, ctx.base, s.arm)
+    else:
+        summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False,
+                                on_step=_step_progress(s.arm, examples, lora, lora.seeds - len(reused)))
     return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=examples,
                        adapters={x.seed: str(root / f"seed-{x.seed}") for x in summaries},
                        final_loss={x.seed: x.loss_curve[-1].loss for x in summaries if x.loss_curve},

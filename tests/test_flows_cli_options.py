@@ -13,7 +13,7 @@ from typer.core import TyperOption
 from typer.testing import CliRunner
 
 from agents.jobs import Limits
-from flows.cli_options import model_options, option_name
+from flows.cli_options import model_options, option_name, record_args
 from training.config import LengthRule, TrainConfig
 
 
@@ -84,6 +84,28 @@ def test_command_receives_the_records_and_bad_values_name_the_option(tmp_path: P
     odd = CliRunner().invoke(app, ["go", "--label", "z", "--size", "3"])
     assert odd.exit_code == 2 and "size must be even" in " ".join(odd.output.split())
     assert len(got) == 2  # a bad value never reached the command
+
+
+def test_record_args_give_the_command_the_same_record() -> None:
+    """`record_args` is the inverse of the generated options (the round's `accelerate launch` of `coevo train`
+    passes its LoRA settings so): every non-default value, switches both ways, repeated options, None left out."""
+    got: list[TrainConfig] = []
+    app = typer.Typer()
+
+    @app.command()
+    @model_options(config=TrainConfig)
+    def go(config: TrainConfig) -> None:
+        got.append(config)
+
+    app.command("other")(lambda: None)
+    chosen = TrainConfig(rank=4, alpha=None, dropout=0.0, target_modules=("q_proj", "v_proj"), epochs=3, lr=2e-3,
+                         gradient_checkpointing=False, precision="fp32", effective_batch=8, micro_batch=2, seeds=2)
+    for record in (chosen, TrainConfig(), chosen.model_copy(update={"alpha": 32, "gradient_checkpointing": True})):
+        args = record_args(record)
+        ok = CliRunner().invoke(app, ["go", *args])
+        assert ok.exit_code == 0, (args, ok.output)
+        assert got[-1] == record
+    assert "--no-gradient-checkpointing" in record_args(chosen) and "--alpha" not in record_args(chosen)
 
 
 def test_train_rejects_invalid_settings_before_any_work(tmp_path: Path) -> None:

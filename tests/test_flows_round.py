@@ -33,7 +33,7 @@ from flows.round_train import _step_progress
 from flows.round_config import STAGES, RoundConfig
 from flows.store import RunStore, list_runs
 from training.config import TrainConfig
-from training.lora import StepLog
+from training.lora import SUMMARY_FILE, StepLog, TrainSummary
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILY = "anomaly_detection"  # a quick environment; the oracle needs 5 turns
@@ -185,6 +185,9 @@ def test_a_stage_past_its_timeout_fails_the_run_and_keeps_finished_stages(
         tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, prefect_harness: None) -> None:
     raw = round_config(tmp_path, vllm_server, tiny_model_dir)
     raw["round"]["stage_timeout_s"] = {"evolve": 1}  # a 6-evaluation search on vLLM takes longer than 1 s
+    # and this round's LoRA runs under `accelerate launch`, 2 CPU processes (DDP over gloo), as on a GPU node
+    raw["round"]["accelerate_config"] = str(REPO / "deploy" / "accelerate" / "cpu_ddp.yaml")
+    raw["round"]["lora"]["effective_batch"] = 2  # 2 processes x 1: the 2-instance sets make full batches
     run_id, text, state, cfg = _run_stopped(tmp_path, raw, exit_code=1)
     assert "StageTimeout" in text and "stage evolve passed its limit of 1 s (round.stage_timeout_s.evolve)" in text
     assert set(state) == {"evaluate_h0"}  # the finished stage is kept; the timed-out one is not recorded as done
@@ -196,6 +199,11 @@ def test_a_stage_past_its_timeout_fails_the_run_and_keeps_finished_stages(
     assert again.exit_code == 0, again.output
     after = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
     assert set(after) == set(STAGES) and after["evaluate_h0"] == state["evaluate_h0"]
+    adapters = [Path(d) for arm in after["train"]["output"]["arms"].values() for d in arm["adapters"].values()]
+    assert adapters, after["train"]["output"]
+    for d in adapters:  # each written once by rank 0 of a 2-process group
+        summary = TrainSummary.model_validate_json((d / SUMMARY_FILE).read_text())
+        assert summary.world_size == 2 and (d / "adapter_model.safetensors").exists()
 
 
 def test_stage_timeouts_name_an_unknown_stage_or_a_bad_limit(tiny_model_dir: Path) -> None:
