@@ -11,7 +11,7 @@ instances (pay_rates.csv, a second week in XLSX, an overtime limit) have no show
 
 `knows` names the knowledge items (harness/evolution/cards/payroll_audit.yaml) the policy applies; the caller
 decides it (deploy/micro_policies.py). Without `break_deduction_over_six_hours` the program leaves out the
-unpaid break, so total_hours and gross_pay come out too high and the audit fails.
+unpaid break (`deduct_break = False`, its first line), so total_hours and gross_pay come out too high and the audit fails.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from tasks.payroll_audit.env import PayrollAuditEnv
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 
 ALL_KNOWN = frozenset({"break_deduction_over_six_hours"})
-_BREAK = "    if span > brk_after:\n        span -= brk_min\n"
-_PROGRAM = """import csv, json, re
+# The policy's one harness-dependent choice is the program's first line, right after the prompt that states the
+# rule or not, instead of ~400 tokens into a program whose text up to there is the same either way (the first
+# M0 applied the rule in 1/3 of its programs under h0 AND under hK). The rest is the same text for every episode.
+_PROGRAM = """deduct_break = {break_rule}
+import csv, json, re
 pol = open('policy.md').read()
 h, m = re.search(r'start time is (\\d+):(\\d+)', pol).groups()
 late_after = int(h) * 60 + int(m) + int(re.search(r'more than (\\d+) minutes', pol).group(1))
@@ -48,7 +51,9 @@ for p in csv.DictReader(open('attendance.csv')):
         missing.append({'employee_id': p['employee_id'], 'date': p['date']})
         continue
     span = mins(p['clock_out']) - mins(p['clock_in'])
-{break_rule}    hours = span / 60
+    if deduct_break and span > brk_after:
+        span -= brk_min
+    hours = span / 60
     over = max(0.0, hours - regular)
     d = rows[e['department']]
     d['days_worked'] += 1
@@ -74,7 +79,7 @@ def applies(instance: TaskInstance) -> bool:
 
 
 def program(knows: frozenset[str] = ALL_KNOWN) -> str:
-    return _PROGRAM.replace("{break_rule}", _BREAK if "break_deduction_over_six_hours" in knows else "")
+    return _PROGRAM.replace("{break_rule}", str("break_deduction_over_six_hours" in knows))
 
 
 def next_action(env: PayrollAuditEnv, history: Sequence[Step],
