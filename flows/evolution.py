@@ -73,7 +73,7 @@ class EvolveSettings(BaseModel):
     tool_choice: ToolChoice | None = None
     actors: int = Field(default=2, ge=1)
     concurrency_per_server: int = Field(default=8, ge=1)
-    family_limits: dict[str, int] | None = Field(default=None, description="The pool's family_limits (null: default).")
+    family_limits: dict[str, int] | None = Field(default=None, description="The pool's family_limits (null: none).")
     transfer: TransferSettings | None = None
 
     def identity(self) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def launch_seeds(accelerate_config: Path, data: Path, weights: Path, root: Path,
             if "error:" in line and len(errors) < 5:
                 errors.append(line.strip())
             if line.strip():
-                log.info("train %s | %s", arm, line.rstrip())
+                emit(f"train {arm} | {line.rstrip()}")
     if proc.returncode:
         raise RuntimeError(f"train {arm}: accelerate launch exited with {proc.returncode}: "
                            f"{' | '.join(dict.fromkeys(errors)) or 'no error line'}; its last lines:\n" + "\n".join(tail))
