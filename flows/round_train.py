@@ -76,8 +76,8 @@ def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Ca
     return on_step
 
 
-def launch_seeds(accelerate_config: Path, data: Path, weights: Path, root: Path, lora: TrainConfig, repo: Path,
-                 arm: str) -> list[TrainSummary]:
+def launch_seeds(accelerate_config: Path, data: Path, data_hash: str, weights: Path, root: Path, lora: TrainConfig,
+                 repo: Path, arm: str) -> list[TrainSummary]:
     """`round.accelerate_config` set: the arm's seeds trained by `accelerate launch --config_file CONFIG -m
     flows.cli train` (several processes or GPUs: DDP, FSDP, ZeRO-3), its output lines logged as they come;
     the summaries are read back from the adapters it wrote (finished seeds are skipped by `coevo train`)."""
@@ -100,7 +100,6 @@ def launch_seeds(accelerate_config: Path, data: Path, weights: Path, root: Path,
     if proc.returncode:
         raise RuntimeError(f"train {arm}: accelerate launch exited with {proc.returncode}: "
                            f"{' | '.join(dict.fromkeys(errors)) or 'no error line'}; its last lines:\n" + "\n".join(tail))
-    data_hash = manifest_sha256(data)
     summaries = [finished(root / f"seed-{k}", lora, k, data_hash) for k in range(lora.seeds)]
     missing = [k for k, x in enumerate(summaries) if x is None]
     if missing:
@@ -132,7 +131,7 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
             return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=examples,
                                reason=f"{examples} examples make no full batch of {lora.effective_batch} for "
                                       f"{processes} processes ({config.name})")
-        summaries = launch_seeds(config, out, weights, root, lora, ctx.base, s.arm)
+        summaries = launch_seeds(config, out, data_hash, weights, root, lora, ctx.base, s.arm)
     else:
         summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False,
                                 on_step=_step_progress(s.arm, examples, lora, lora.seeds - len(reused)))

@@ -6,9 +6,12 @@ CPU server prefills at most 2048 tokens per step, and the runs must stay seconds
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import polars as pl
 import pytest
@@ -23,6 +26,7 @@ from agents.records import ModelRole
 from agents.jobs import Limits
 from harness import ToolPolicy
 
+T = TypeVar("T")
 TWO_FAMILIES = ("stock_alert", "code_refactor")  # the two with the shortest instructions among light families
 
 
@@ -160,6 +164,26 @@ def test_routing_sticks_each_episode_to_one_least_loaded_server(ray_local: None)
     assert all(t.model_id == role.id for t in trajs)  # the record names the job's model, not the replica
 
 
+@contextlib.contextmanager
+def _sampled(read: Callable[[], T]) -> Iterator[list[T]]:
+    """`read()` every 10 ms on a thread while the block runs; the samples."""
+    samples: list[T] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            samples.append(read())
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        watcher.join()
+
+
 def test_two_threads_stream_on_one_pool_and_share_its_limits(ray_local: None) -> None:
     """The search seeds of a harness search stream on one pool at once: a stream whose server is full (taken by
     the other stream) waits for room instead of failing, the per-server limit holds over both, and each stream
@@ -170,21 +194,9 @@ def test_two_threads_stream_on_one_pool_and_share_its_limits(ray_local: None) ->
     insts = tasks.instances(fam, "val")[:4]
     mine = [[RolloutJob(instance=i, harness=h, model=role, seed=s, limits=Limits(max_turns=40)) for i in insts[:2]]
             for s in (0, 1)]
-    loads: list[int] = []
     with RolloutPool(n_actors=1, concurrency_per_server=1) as pool:  # the oracle runs in the actor: capacity 1
-        stop = threading.Event()
-
-        def watch() -> None:
-            while not stop.is_set():
-                loads.append(sum(pool.server_loads().values()))
-                time.sleep(0.01)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        with ThreadPoolExecutor(2) as ex:
+        with _sampled(lambda: sum(pool.server_loads().values())) as loads, ThreadPoolExecutor(2) as ex:
             got = list(ex.map(lambda jobs: [t.id for t in pool.stream(jobs)], mine))
-        stop.set()
-        watcher.join()
         assert pool.stats.finished == 4 and pool.server_loads() == {}
     assert [sorted(ids) for ids in got] == [sorted(j.key for j in jobs) for jobs in mine]
     assert max(loads) == 1
@@ -197,20 +209,9 @@ def test_family_limit_bounds_a_familys_episodes_in_flight(ray_local: None) -> No
     role_of = {f: ModelRole(model=f"oracle/{f}") for f in (fam, other)}
     jobs = [RolloutJob(instance=i, harness=harness.baseline(f), model=role_of[f], seed=0, limits=Limits(max_turns=40))
             for f in (fam, other) for i in tasks.instances(f, "val")[:3]]
-    loads: list[dict[str, int]] = []
     with RolloutPool(n_actors=2, concurrency_per_server=8, family_limits={fam: 1}) as pool:
-        stop = threading.Event()
-
-        def watch() -> None:
-            while not stop.is_set():
-                loads.append(pool.family_loads())
-                time.sleep(0.01)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        trajs = pool.run(jobs)
-        stop.set()
-        watcher.join()
+        with _sampled(pool.family_loads) as loads:
+            trajs = pool.run(jobs)
     assert all(t.passed for t in trajs)
     assert max(x.get(fam, 0) for x in loads) == 1 and max(x.get(other, 0) for x in loads) > 1
     with pytest.raises(ValueError, match="family_limits"):
