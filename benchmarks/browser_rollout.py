@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from results_io import save_results  # noqa: E402  (benchmarks/ is sys.path[0] when this script runs)
+
 FAMILIES = ("website_admin", "browser_automation")
 
 
@@ -126,7 +128,9 @@ async def main(args: argparse.Namespace) -> None:
         print(f"{family}: {len(warm)} warm rollouts, mean {per_rollout:.2f} s per rollout, {per_turn:.2f} s per turn "
               f"(mean {summary[family]['mean_turns']:.1f} turns); parts " +
               ", ".join(f"{k[:-2]} {v:.2f}" for k, v in parts.items()) + f"; all 1.0: {summary[family]['all_scored_1']}")
-    print(json.dumps({"summary": summary, "rollouts": results}))
+    report = {"summary": summary, "rollouts": results}
+    print(json.dumps(report))
+    print(f"raw results: {save_results('browser_rollout', report, args).relative_to(REPO)}")
 
 
 if __name__ == "__main__":

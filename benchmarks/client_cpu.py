@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -31,7 +30,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import httpx  # noqa: E402
 
-from rollout_throughput import SERVED, machine, start_server  # noqa: E402
+from results_io import save_results  # noqa: E402
+from rollout_throughput import SERVED, start_server  # noqa: E402
 
 
 def requests(family: str, n: int, max_tokens: int) -> list[dict[str, Any]]:
@@ -135,9 +135,7 @@ def main() -> None:
         print(f"\nCPU per call (median of {args.repeats}): bare {med['bare']:.2f} ms | ModelClient lean {med['lean']:.2f} ms "
               f"({med['lean'] / med['bare']:.2f}x bare) | ModelClient litellm {med['litellm']:.2f} ms "
               f"({med['litellm'] / med['bare']:.2f}x bare)   target <= 2x")
-        out = REPO / "benchmarks" / "results" / f"client_cpu-{time.strftime('%Y-%m-%d')}.json"
-        out.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(), "args": vars(args),
-                                   "median_cpu_ms_per_call": med, "runs": rows}, indent=1))
+        out = save_results("client_cpu", {"median_cpu_ms_per_call": med, "runs": rows}, args)
         print(f"raw results: {out.relative_to(REPO)}")
     finally:
         if handle is not None and state is not None:

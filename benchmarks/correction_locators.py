@@ -42,6 +42,7 @@ from correction.pipeline import correct_one  # noqa: E402
 from correction.runner import CachedRollouts, local_rollouts  # noqa: E402
 from correction.selectors import make_selector  # noqa: E402
 from harness import baseline  # noqa: E402
+from results_io import save_results  # noqa: E402
 
 STUDENT = "flawed/{family}@uniform_single"
 
@@ -137,7 +138,9 @@ async def main(args: argparse.Namespace) -> None:
     print(accuracy_table(acc), "\n")
     if thr:
         print(throughput_table(thr), "\n")
-    print(json.dumps({"accuracy": acc, "throughput": thr, "counts": counts}, default=str))
+    report = {"accuracy": acc, "throughput": thr, "counts": counts}
+    print(json.dumps(report, default=str))
+    print(f"raw results: {save_results('correction_locators', report, args).relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Per family: the search (h0 -> h*), the accepted edits, the knowledge keys h* sta
 same student on the test split (paired bootstrap CI over instances, `analysis.stats.paired_bootstrap`) and the
 injected faults per category on each (the simulator's ground truth, read here by measurement code only).
 The knowledge cards and the flawed student share keys: this tests the machinery, not the method.
-Writes `<out>/evidence.json` and prints a markdown table.
+Writes `<out>/evidence.json` and benchmarks/results/evolution_flawed-<date>.json (the list of per-family JSON
+lines it prints, with the date, machine and arguments) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from flows.evolution import EvolveSettings, TransferSettings, run_evolution
 from flows.store import RunStore
 from harness import Harness
 from harness.evolution import SearchConfig, stated_keys
+from results_io import REPO, save_results  # benchmarks/ is sys.path[0] when this script runs
 
 
 def _simulated(a: argparse.Namespace) -> bool:
@@ -46,8 +48,8 @@ def _settings(family: str, a: argparse.Namespace) -> EvolveSettings:
     return EvolveSettings(
         family=family, student=student, reflector="library",
         search=SearchConfig(family=family, seeds=a.search_seeds, minibatch_size=3, budget_rollouts=a.budget,
-                            proposals_per_iteration=a.proposals),
-        train_instances=a.train, val_instances=a.val,
+                            proposals_per_iteration=a.proposals, minibatch_sampler=a.minibatch_sampler),
+        train_instances=a.train, val_instances=a.val, train_seeds=a.train_seeds, val_seeds=a.val_seeds,
         limits=Limits(max_turns=a.max_turns, wall_s=300, max_tokens_per_turn=a.max_tokens),
         concurrency_per_server=a.concurrency,
         transfer=TransferSettings(expert=student, test_instances=a.test, seeds=a.test_seeds))
@@ -119,6 +121,10 @@ def main() -> None:
     p.add_argument("--proposals", type=int, default=2)
     p.add_argument("--train", type=int, default=10)
     p.add_argument("--val", type=int, default=10)
+    p.add_argument("--train-seeds", type=int, default=1, help="Rollout seeds per train instance.")
+    p.add_argument("--val-seeds", type=int, default=1, help="Rollout seeds per val instance.")
+    p.add_argument("--minibatch-sampler", choices=["epoch", "informative"], default="epoch",
+                   help="GEPA's epoch-shuffled minibatches, or weighted toward instances whose score varied.")
     p.add_argument("--test", type=int, default=20)
     p.add_argument("--test-seeds", type=int, default=3)
     p.add_argument("--max-turns", type=int, default=60)
@@ -135,10 +141,12 @@ def main() -> None:
                 rows.append(run_family(family, a, store, pool))
                 (a.out / "evidence.json").write_text(json.dumps(rows, indent=2))
                 print(json.dumps(rows[-1]), flush=True)
+                raw = save_results("evolution_flawed", rows, a)
     finally:
         ray.shutdown()
     print(("SIMULATED student " if _simulated(a) else "student ") + a.student)
     print(_table(rows))
+    print(f"raw results: {raw.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

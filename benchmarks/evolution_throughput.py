@@ -42,6 +42,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import httpx  # noqa: E402
 
 from benchmarks.rollout_throughput import SERVED, TEMPERATURE, reset_prefix_cache, split_cpus, start_server  # noqa: E402
+from results_io import save_results  # noqa: E402  (benchmarks/ is sys.path[0] when this script runs)
 
 
 def server_requests(api_base: str) -> float:
@@ -202,14 +203,16 @@ def main() -> None:
         print(f"replay: the search from scratch over the cache: hits {replay_ev.hits}, misses {replay_ev.misses}: "
               f"hit rate {100 * replay_rate:.1f}%, same h* {again.best_id == result.best_id}; server requests "
               f"during resume + replay {resume_requests:.0f}")
-        print(json.dumps({"family": fam, "rollouts": n, "search_s": round(search_s, 2), "pool_s": round(pool_s, 2),
-                          "search_rps": round(search_rps, 4), "pool_rps": round(pool_rps, 4),
-                          "ratio": round(search_rps / pool_rps, 4), "turns": turns, "resume_hits": resume_ev.hits,
-                          "resume_misses": resume_ev.misses, "replay_hits": replay_ev.hits,
-                          "replay_misses": replay_ev.misses, "resume_server_requests": resume_requests,
-                          "proposals": args.proposals, "budget": args.budget, "minibatch": args.minibatch,
-                          "search_seeds": args.search_seeds, "concurrent_seeds": not args.sequential_seeds,
-                          "concurrency": args.concurrency}))
+        report = {"family": fam, "rollouts": n, "search_s": round(search_s, 2), "pool_s": round(pool_s, 2),
+                  "search_rps": round(search_rps, 4), "pool_rps": round(pool_rps, 4),
+                  "ratio": round(search_rps / pool_rps, 4), "turns": turns, "resume_hits": resume_ev.hits,
+                  "resume_misses": resume_ev.misses, "replay_hits": replay_ev.hits,
+                  "replay_misses": replay_ev.misses, "resume_server_requests": resume_requests,
+                  "proposals": args.proposals, "budget": args.budget, "minibatch": args.minibatch,
+                  "search_seeds": args.search_seeds, "concurrent_seeds": not args.sequential_seeds,
+                  "concurrency": args.concurrency}
+        print(json.dumps(report))
+        print(f"raw results: {save_results('evolution_throughput', report, args).relative_to(REPO)}")
     finally:
         ray.shutdown()
         if handle is not None and state is not None:

@@ -7,7 +7,8 @@ distribution is the KL between two disjoint seed halves of that same student (no
 alone gives at this number of rollouts): every split of the seeds into two equal halves, the overall KL (mean
 over families) of each. Each `--compare NAME=DIR` is a set of rollouts of another student (a different
 profile, a different harness) whose KL from one half of the base is the "drift" to detect. The suggested
-threshold is the null maximum times `--margin`; the table says which comparisons it flags.
+threshold is the null maximum times `--margin`; the table says which comparisons it flags. Raw results:
+benchmarks/results/fit_threshold-<date>.json (benchmarks/results_io.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from agents.records import Trajectory
 from agents.trajectory_table import read_trajectories
 from analysis.fit import FitConfig, fit_alarm
+from results_io import REPO, save_results  # benchmarks/ is sys.path[0] when this script runs
 
 
 def halves(trajs: list[Trajectory]) -> list[tuple[list[Trajectory], list[Trajectory]]]:
@@ -53,12 +55,19 @@ def main() -> None:
     print(f"suggested threshold = max x {args.margin:g} = {threshold:.4f}\n")
     print("| comparison | rollouts | KL vs base half (seeds " + ",".join(map(str, half_seeds)) + ") | per family | flagged |")
     print("|---|---|---|---|---|")
+    comparisons = []
     for spec in args.compare:
         name, _, path = spec.partition("=")
         other = read_trajectories(Path(path))
         flag, ev = fit_alarm(other, splits[0][1], config=cfg)
         fams = ", ".join(f"{f} {v:.3f}" for f, v in sorted(ev.per_family.items()))
         print(f"| {name} | {len(other)} | {ev.kl_base:.4f} | {fams} | {'yes' if flag else 'no'} |")
+        comparisons.append({"name": name, "dir": path, "rollouts": len(other), "kl_base": ev.kl_base,
+                            "per_family": dict(ev.per_family), "flagged": flag})
+    report = {"base_rollouts": len(base), "base_seeds": sorted({t.seed for t in base}), "null_kl": null,
+              "margin": args.margin, "threshold_nats": threshold, "half_seeds": half_seeds,
+              "comparisons": comparisons}
+    print(f"raw results: {save_results('fit_threshold', report, args).relative_to(REPO)}")
 
 
 if __name__ == "__main__":

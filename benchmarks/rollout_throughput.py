@@ -44,6 +44,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import httpx  # noqa: E402
 
+from results_io import machine  # noqa: E402  (benchmarks/ is sys.path[0] when a script here runs)
+
 SERVED = "tiny"
 REALISTIC_FAMILIES = ("stock_alert", "payroll_audit", "budget_approval", "anomaly_detection")
 # Sampled, not greedy: greedy decoding makes the random tiny model loop on one token until max_tokens.
@@ -141,13 +143,6 @@ async def send_direct(api_base: str, bodies: list[dict[str, Any]], concurrency: 
         t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(b) for b in bodies))
         return tokens, time.perf_counter() - t0, errors, time.process_time() - c0
-
-
-def machine() -> dict[str, Any]:
-    import platform
-
-    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "load_avg": os.getloadavg()}
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import tasks  # noqa: E402
+from results_io import save_results  # noqa: E402
 from tasks.runtime.cgroups import cgroup_support  # noqa: E402
 from tasks.runtime.sandbox import Sandbox, SandboxLimits, sandbox_backend  # noqa: E402
 
@@ -215,7 +216,9 @@ async def main() -> None:
           f"(capped tmpfs: {disk['capped_mount']}); {disk['header']!r}")
     print(f"overheads: sandboxed `true` median {over['sandbox_call_median_ms']} ms, one SQL query median "
           f"{over['sql_query_median_ms']} ms")
-    print(json.dumps({"reachability": reach, "memory": mem, "disk": disk, "overheads": over}))
+    report = {"reachability": reach, "memory": mem, "disk": disk, "overheads": over}
+    print(json.dumps(report))
+    print(f"raw results: {save_results('sandbox_limits', report).relative_to(REPO)}")
     service.server.shutdown()
 
 

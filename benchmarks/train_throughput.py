@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_io import save_results  # benchmarks/ is sys.path[0] when this script runs
+
 REPO = Path(__file__).resolve().parent.parent
 
 WORKER = r"""
@@ -176,10 +178,7 @@ def main() -> None:
               f"{best[k]['tokens_per_s']:.0f} | {cpu:.0f} | {rss:.0f} | {b['final_loss']:.4f} |")
     steady = (max(r["steady_tokens_per_s"] for r in runs["ours"]) / max(r["steady_tokens_per_s"] for r in runs["trl"]))
     print(f"\nsteady-state ratio ours/TRL: {steady:.2f}x")
-    out = REPO / "benchmarks" / "results" / f"train_throughput-{time.strftime('%Y-%m-%d')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": {"cpus": os.cpu_count(),
-                   "load_avg": os.getloadavg()}, "dataset": stats, "epochs": args.epochs, "runs": runs}, indent=1))
+    out = save_results("train_throughput", {"dataset": stats, "epochs": args.epochs, "runs": runs}, args)
     print(f"raw results: {out.relative_to(REPO)}")
     ratio = best["ours"]["tokens_per_s"] / best["trl"]["tokens_per_s"]
     cpu_ratio = max(r["tokens_per_cpu_s"] for r in runs["ours"]) / max(r["tokens_per_cpu_s"] for r in runs["trl"])

@@ -70,8 +70,12 @@ def evolve(
     resume: Annotated[bool, typer.Option(help="Continue the search stored under --out (same settings).")] = False,
     harness: Annotated[str, typer.Option(help="Start harness: 'baseline' (h0) or a harness YAML/JSON file.")] = "baseline",
     minibatch: Annotated[int, typer.Option(min=1, help="Train items per reflection minibatch.")] = 3,
+    minibatch_sampler: Annotated[str, typer.Option(
+        help="epoch (GEPA's epoch-shuffled minibatches) | informative (weighted toward train instances whose "
+             "score the search has seen vary; use with --train-seeds > 1).")] = "epoch",
     proposals: Annotated[int, typer.Option(min=1, help="Proposals per iteration (their rollouts run as one batch).")] = 1,
     train_n: Annotated[Optional[int], typer.Option(min=1, help="First N train instances (default all 20).")] = None,
+    train_seeds: Annotated[int, typer.Option(min=1, help="Rollout seeds per train instance.")] = 1,
     val_n: Annotated[int, typer.Option(min=1, max=20, help="First N val instances.")] = 20,
     val_seeds: Annotated[int, typer.Option(min=1, help="Rollout seeds per val instance.")] = 1,
     budget_usd: Annotated[Optional[float], typer.Option(help="Reflector dollars per search seed.")] = None,
@@ -99,14 +103,14 @@ def evolve(
         fail(f"--wall-s: must be greater than 0, got {wall_s}")
     check_harness(harness, "--harness")
     search = {"seeds": seeds, "minibatch_size": minibatch, "proposals_per_iteration": proposals,
-              "budget_rollouts": budget_rollouts,
+              "budget_rollouts": budget_rollouts, "minibatch_sampler": minibatch_sampler,
               "budget_reflector_usd": budget_usd, "budget_wall_s": budget_wall_s, "max_edits": max_edits}
-    data: dict[str, object] = {"train_instances": train_n, "val_instances": val_n, "val_seeds": val_seeds,
+    data: dict[str, object] = {"train_instances": train_n, "train_seeds": train_seeds, "val_instances": val_n,
+                               "val_seeds": val_seeds, "temperature": temperature,
                                "limits": Limits(max_turns=max_turns, wall_s=wall_s, max_tokens_per_turn=max_tokens),
                                "tool_choice": _tool_choice(tool_choice), "actors": actors,
                                "concurrency_per_server": concurrency, "max_tokens": max_tokens,
-                               "reflector_prompt_chars": reflector_prompt_chars,
-                               "temperature": temperature}
+                               "reflector_prompt_chars": reflector_prompt_chars}
     try:
         settings = _settings(family, student, api_base, reflector, reflector_api_base, harness, search, data,
                              (api_key_env, reflector_api_key_env))

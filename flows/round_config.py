@@ -35,6 +35,8 @@ class SearchSettings(BaseModel):
     budget_rollouts: int = Field(default=60, ge=1, description="Evaluations per search seed (GEPA max_metric_calls).")
     budget_reflector_usd: float | None = Field(default=None, gt=0, description="Reflector dollars per search seed.")
     minibatch_size: int = Field(default=3, ge=1)
+    minibatch_sampler: Literal["epoch", "informative"] = Field(
+        default="epoch", description="'epoch' (GEPA's) or 'informative' (toward instances whose score varied).")
     max_edits: int = Field(default=2, ge=1)
     train_instances: int | None = Field(default=None, gt=0, description="First N train instances; null = all 20.")
     val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances.")

@@ -83,7 +83,7 @@ def evolve_settings(ctx: RoundContext, family: str) -> EvolveSettings:
     reflector_role: ModelRole | None = ctx.config.models.get("reflector") if s.reflector.startswith("llm") else None
     search = SearchConfig(family=family, seeds=s.seeds, minibatch_size=s.minibatch_size,
                           budget_rollouts=s.budget_rollouts, budget_reflector_usd=s.budget_reflector_usd,
-                          max_edits=s.max_edits)
+                          max_edits=s.max_edits, minibatch_sampler=s.minibatch_sampler)
     return EvolveSettings(family=family, student=ctx.student(), reflector=s.reflector, reflector_role=reflector_role,
                           harness=start, search=search, train_instances=s.train_instances,
                           val_instances=s.val_instances, train_seeds=s.train_seeds, val_seeds=s.val_seeds,

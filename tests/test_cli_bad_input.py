@@ -163,6 +163,7 @@ def _cases(f: dict[str, str]) -> list[tuple[list[str], str]]:
         ([*evo, "--harness", f["bad.yaml"]], "--harness"),
         ([*evo, "--harness", f["deep.json"]], "--harness"),
         ([*evo, "--wall-s", "-1"], "--wall-s"),
+        ([*evo, "--minibatch-sampler", "bogus"], "minibatch_sampler"),
         ([*evo, "--max-turns", "0"], "--max-turns"),
         (["evolve", "--family", "payroll_audit", "--student", "noprefix", "--out", f["out"], "--budget-rollouts", "2"],
          "noprefix"),

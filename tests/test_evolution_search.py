@@ -114,6 +114,21 @@ def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_pa
             run_evolution(_settings(start, val_instances=2), store, Path("/"), pool, resume=True)
 
 
+def test_informative_minibatches_drive_a_search_that_resumes_from_the_cache(tmp_path: Path, ray_local: None) -> None:
+    store = RunStore(tmp_path / "runs", "evo-informative")
+    search = SearchConfig(family=FAMILY, seeds=1, minibatch_size=2, budget_rollouts=14, minibatch_sampler="informative")
+    settings = _settings(_broken_start(tmp_path / "broken.yaml"), search=search, train_seeds=2)
+    with RolloutPool(2) as pool:
+        summary = run_evolution(settings, store, Path("/"), pool)
+        assert summary.search.best_val_mean == 1.0  # the blocking hook is gone from h*
+        lineage = read_lineage(Path(summary.out_dir) / "lineage.jsonl")
+        minibatches = [c.minibatch for c in lineage if c.parent_id is not None]
+        assert minibatches and all(len(set(mb)) == 2 for mb in minibatches)
+        assert {item.split("#")[1] for mb in minibatches for item in mb} <= {"s0", "s1"}  # train seeds 0 and 1
+        again = run_evolution(settings, store, Path("/"), pool, resume=True)
+        assert again.search.evaluations_run == 0 and again.search.best_id == summary.search.best_id
+
+
 def test_budget_too_small_for_one_proposal_is_a_named_error(tmp_path: Path, ray_local: None) -> None:
     store = RunStore(tmp_path / "runs", "evo")
     settings = _settings(_broken_start(tmp_path / "broken.yaml"),

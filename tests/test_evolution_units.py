@@ -32,7 +32,7 @@ from harness.evolution.records import (CallSummary, EvolutionCandidate, Proposal
 from harness.evolution.reflectors.library import draw
 from harness.evolution.reflectors.library_rules import suggestions
 from harness.evolution.reflectors.llm import answer_schema, extract_json, parse_answer
-from harness.evolution.sampling import EpochSampler
+from harness.evolution.sampling import CONSTANT_FAIL, CONSTANT_PASS, UNSEEN, VARIED, EpochSampler, InformativeSampler
 
 FAMILY = "payroll_audit"
 
@@ -164,6 +164,36 @@ def test_epoch_sampler_is_a_function_of_seed_and_iteration() -> None:
     first_epoch = [x for mb in seq_a[:3] for x in mb]  # 7 ids padded to 9
     assert set(first_epoch) == set(range(7)) and len(first_epoch) == 9
     assert [EpochSampler(3, seed=6).next_minibatch_ids(Loader(), State(i)) for i in range(6)] != seq_a
+
+
+def test_informative_sampler_prefers_instances_whose_score_varied() -> None:
+    from gepa.core.data_loader import ensure_loader
+
+    a, b, c, d = tasks.instances("stock_alert", "train", 4)
+    loader = ensure_loader(items_for([a, b, c, d], [0, 1]))  # ids 0-1: a, 2-3: b, 4-5: c, 6-7: d
+
+    class State:  # the two fields of GEPAState the sampler reads
+        def __init__(self, i: int) -> None:
+            self.i = i
+            self.full_program_trace = [
+                {"i": 0, "tasks": [{"parent_idx": 0, "subsample_ids": [0, 2, 4],
+                                    "subsample_scores": [0.0, 0.0, 1.0], "new_subsample_scores": [0.0, 0.0, 1.0]}]},
+                {"i": 1, "tasks": [{"parent_idx": 0, "subsample_ids": [1, 3, 5], "subsample_scores": [1.0, 0.0, 1.0]}]},
+            ]
+
+    sampler = InformativeSampler(3, seed=2)
+    weights = sampler.weights(loader, State(2))
+    # a: 0, 0 (id 0) and 1 (id 1) -> varied; b: always 0; c: always 1; d: never run (a trace without scores
+    # for a task, as GEPA leaves a skipped one, counts as unseen)
+    assert weights == {0: VARIED, 1: VARIED, 2: CONSTANT_FAIL, 3: CONSTANT_FAIL, 4: CONSTANT_PASS, 5: CONSTANT_PASS,
+                       6: UNSEEN, 7: UNSEEN}
+    draws = [sampler.next_minibatch_ids(loader, State(i)) for i in range(2, 302)]
+    assert all(len(set(mb)) == 3 for mb in draws)
+    again = InformativeSampler(3, seed=2)  # a resumed search: same state, same iteration -> same minibatch
+    assert [again.next_minibatch_ids(loader, State(i)) for i in range(2, 302)] == draws
+    assert [InformativeSampler(3, seed=3).next_minibatch_ids(loader, State(i)) for i in range(2, 302)] != draws
+    freq = Counter(x // 2 for mb in draws for x in mb)  # by instance
+    assert freq[0] > freq[3] > freq[1] > freq[2], freq
 
 
 def test_result_cache_survives_a_torn_last_line(tmp_path: Path) -> None:

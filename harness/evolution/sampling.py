@@ -81,3 +81,69 @@ class EpochSampler:
         order = self.epoch_order(ids, start // padded)
         offset = start % padded
         return order[offset: offset + self.size]
+
+
+# weights of a train instance by what the search has seen of it (InformativeSampler)
+VARIED, UNSEEN, CONSTANT_FAIL, CONSTANT_PASS = 4.0, 2.0, 1.0, 0.5
+
+
+def observed_scores(state: Any) -> dict[Any, list[float]]:
+    """Every minibatch score this search recorded, by train id: GEPA's trace holds each task's minibatch ids
+    with the parent's and the child's scores (part of the saved state, so a resumed search reads the same)."""
+    seen: dict[Any, list[float]] = {}
+    for entry in state.full_program_trace:
+        for task in entry.get("tasks") or ():
+            for key in ("subsample_scores", "new_subsample_scores"):
+                for item_id, score in zip(task["subsample_ids"], task.get(key) or (), strict=False):
+                    seen.setdefault(item_id, []).append(float(score))
+    return seen
+
+
+def instance_weight(scores: list[float]) -> float:
+    """VARIED when two different scores were seen, UNSEEN below two observations, else CONSTANT_*."""
+    if len(set(scores)) > 1:
+        return VARIED
+    if len(scores) < 2:
+        return UNSEEN
+    return CONSTANT_PASS if scores[0] >= 1.0 else CONSTANT_FAIL
+
+
+class InformativeSampler:
+    """Minibatches weighted toward the train instances whose score this search has seen move.
+
+    An edit can only be accepted on items whose score it can change; a minibatch on which every rollout
+    scores the same under every harness tried (the student always fails it, or always passes it) teaches the
+    search little. Like DAPO's dynamic sampling (drop prompts whose sampled group is all right or all wrong),
+    this sampler reads the scores the search has recorded so far (`observed_scores`) and weights each train
+    item by what was seen of its *instance* over all its seeds and harnesses (`instance_weight`): varied 4,
+    unseen 2, always failing 1, always passing 0.5. It draws `size` distinct ids without replacement
+    (Efraimidis-Spirakis keys u ** (1 / w)) from a `random.Random` seeded by (search seed, iteration, call),
+    so a resumed search draws the same minibatches. With several train seeds per instance an instance the
+    student sometimes solves shows up as varied after a few iterations; that is what it is for.
+    """
+
+    def __init__(self, size: int, seed: int, instance_of: Any = None) -> None:
+        if size < 1:
+            raise ValueError(f"minibatch size must be >= 1, got {size}")
+        self.size = size
+        self.seed = seed
+        self.instance_of = instance_of  # train id -> instance key; default: the item's `instance.id`
+        self._calls = _PerIteration()
+
+    def weights(self, loader: Any, state: Any) -> dict[Any, float]:
+        ids = list(loader.all_ids())
+        key = self.instance_of or (lambda i: loader.fetch([i])[0].instance.id)
+        by_instance: dict[Any, list[float]] = {}
+        seen = observed_scores(state)
+        for i in ids:
+            by_instance.setdefault(key(i), []).extend(seen.get(i, ()))
+        return {i: instance_weight(by_instance[key(i)]) for i in ids}
+
+    def next_minibatch_ids(self, loader: Any, state: Any) -> list[Any]:
+        weights = self.weights(loader, state)
+        if not weights:
+            raise ValueError("cannot sample a minibatch from an empty train set")
+        rng = _rng(self.seed, "informative", state.i, self._calls.call_index(state.i))
+        keys = {i: rng.random() ** (1.0 / w) for i, w in weights.items()}
+        ranked = sorted(weights, key=lambda i: -keys[i])
+        return [ranked[k % len(ranked)] for k in range(self.size)]

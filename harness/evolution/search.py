@@ -43,7 +43,7 @@ from harness.evolution.lineage import build_lineage, reconstruct, validation_cur
 from harness.evolution.proposer import EditProposer, read_ledger
 from harness.evolution.protocols import Reflector
 from harness.evolution.records import EvalItem, EvolutionCandidate, ProposalBudget
-from harness.evolution.sampling import EpochSampler, ParetoSelector
+from harness.evolution.sampling import EpochSampler, InformativeSampler, ParetoSelector
 from harness.program import Harness
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,9 @@ class SearchConfig(BaseModel):
     max_edits: int = Field(default=2, ge=1, description="Edits per proposal.")
     max_retries: int = Field(default=2, ge=0, description="Times an invalid llm answer is sent back with its error.")
     acceptance: Literal["strict_improvement", "improvement_or_equal"] = "strict_improvement"
+    minibatch_sampler: Literal["epoch", "informative"] = Field(
+        default="epoch", description="'epoch': GEPA's epoch-shuffled minibatches; 'informative': weighted toward "
+        "train instances whose score the search has seen vary (sampling.InformativeSampler).")
     concurrent_seeds: bool = Field(default=True, description="Run the search seeds at once on the shared "
                                    "evaluator (keeps the pool busy); False runs them one after another.")
 
@@ -152,6 +155,12 @@ def check_budget(config: SearchConfig, n_train: int, n_val: int) -> None:
                          f"proposals); give at least {need}")
 
 
+def _batch_sampler(config: SearchConfig, seed: int) -> EpochSampler | InformativeSampler:
+    if config.minibatch_sampler == "informative":
+        return InformativeSampler(config.minibatch_size, seed)
+    return EpochSampler(config.minibatch_size, seed, config.proposals_per_iteration)
+
+
 def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], evaluator: CachedEvaluator,
               reflector: Reflector, config: SearchConfig, seed: int, seed_dir: Path,
               callbacks: Sequence[Any] = ()) -> list[EvolutionCandidate]:
@@ -169,7 +178,7 @@ def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], e
         seed_candidate=encode(h0), trainset=list(train), valset=list(val),
         adapter=HarnessAdapter(evaluator, config.family, persist=proposer),
         custom_candidate_proposer=proposer, candidate_selection_strategy=ParetoSelector(seed),
-        batch_sampler=EpochSampler(config.minibatch_size, seed, config.proposals_per_iteration),
+        batch_sampler=_batch_sampler(config, seed),
         sampling_strategy=IndependentSampling(config.proposals_per_iteration) if config.proposals_per_iteration > 1
         else None, frontier_type="instance",
         acceptance_criterion=config.acceptance, max_metric_calls=config.budget_rollouts,

@@ -1,0 +1,65 @@
+"""Where the benchmarks keep their raw results: `benchmarks/results/<name>-<YYYY-MM-DD>.json`.
+
+Each file is one JSON object, `{"benchmark", "date", "machine", "args", "results"}`: the script's name, the
+local date and time of the run, the machine (`machine()`), the command-line arguments and what the script
+measured (whatever it also prints as JSON). A rerun the same day overwrites that day's file, unless that file
+was not written by `save_results` for the same benchmark (a hand-named or older-layout file, e.g. evidence
+cited by the docs): then the record goes to the first free `<name>-<YYYY-MM-DD>-<n>.json` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "benchmarks" / "results"
+
+
+def machine() -> dict[str, Any]:
+    """The host the benchmark ran on: name, CPU count, Python version, platform and the load average."""
+    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "load_avg": os.getloadavg()}
+
+
+def _plain(value: Any) -> Any:
+    """An argument value as JSON can hold it: Paths (also inside lists and tuples) as strings."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _ours(path: Path, name: str) -> bool:
+    """Whether `path` is a record `save_results` wrote for benchmark `name` (so it may be overwritten)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("benchmark") == name
+
+
+def save_results(name: str, payload: dict | list, args: argparse.Namespace | None = None) -> Path:
+    """Write `payload` with the date, the machine and `args` to `benchmarks/results/<name>-<date>.json`.
+
+    Creates the folder; overwrites that day's file when an earlier run of the same benchmark wrote it, and
+    otherwise (a file of another layout under that name) writes `<name>-<date>-<n>.json` with the first free
+    n >= 2. Values JSON cannot hold are written as their `str()`. Returns the path written.
+    """
+    now = dt.datetime.now()
+    record = {"benchmark": name, "date": now.isoformat(timespec="seconds"), "machine": machine(),
+              "args": {k: _plain(v) for k, v in vars(args).items()} if args is not None else {},
+              "results": payload}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}-{now.date().isoformat()}"
+    path, n = RESULTS_DIR / f"{stem}.json", 2
+    while path.exists() and not _ours(path, name):
+        path, n = RESULTS_DIR / f"{stem}-{n}.json", n + 1
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    return path
