@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from gepa.gepa_utils import select_program_candidate_from_pareto_front
@@ -122,7 +123,7 @@ class InformativeSampler:
     student sometimes solves shows up as varied after a few iterations; that is what it is for.
     """
 
-    def __init__(self, size: int, seed: int, instance_of: Any = None) -> None:
+    def __init__(self, size: int, seed: int, instance_of: Callable[[Any], Any] | None = None) -> None:
         if size < 1:
             raise ValueError(f"minibatch size must be >= 1, got {size}")
         self.size = size
@@ -132,12 +133,13 @@ class InformativeSampler:
 
     def weights(self, loader: Any, state: Any) -> dict[Any, float]:
         ids = list(loader.all_ids())
-        key = self.instance_of or (lambda i: loader.fetch([i])[0].instance.id)
-        by_instance: dict[Any, list[float]] = {}
+        of = self.instance_of or (lambda i: loader.fetch([i])[0].instance.id)
+        instance = {i: of(i) for i in ids}
         seen = observed_scores(state)
+        by_instance: dict[Any, list[float]] = {}
         for i in ids:
-            by_instance.setdefault(key(i), []).extend(seen.get(i, ()))
-        return {i: instance_weight(by_instance[key(i)]) for i in ids}
+            by_instance.setdefault(instance[i], []).extend(seen.get(i, ()))
+        return {i: instance_weight(by_instance[instance[i]]) for i in ids}
 
     def next_minibatch_ids(self, loader: Any, state: Any) -> list[Any]:
         weights = self.weights(loader, state)

@@ -48,7 +48,11 @@ def parse_time(text: str) -> datetime | None:
 def score_report(text: str, truth: list[Reading]) -> tuple[dict[str, bool], dict[str, str]]:
     checks: dict[str, bool] = {}
     why: dict[str, str] = {}
-    rows = list(csv.reader(io.StringIO(text.strip())))
+    try:
+        rows = list(csv.reader(io.StringIO(text.strip())))
+    except csv.Error as e:  # e.g. a field over csv's 131,072-character limit: not a readable report at all
+        checks = {"required_columns": False, "precision": False, "recall": False}
+        return checks, {k: f"the report is not readable CSV ({e})" for k in checks}
     header = [h.strip().casefold() for h in rows[0]] if rows else []
     missing = [c for c in REPORT_COLUMNS if c not in header]
     checks["required_columns"] = not missing

@@ -47,7 +47,7 @@ _REQ_RE = re.compile(r"\bREQ-\d+\b", re.IGNORECASE)
 def parse_cents(text: str) -> int | None:
     try:
         return round(float(text.replace(",", "").replace("$", "").strip()) * 100)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or 'inf' / 400 digits: states no total
         return None
 
 

@@ -69,11 +69,17 @@ def emails_about(p: StockPayload, outbox: list[Email]) -> dict[str, list[int]]:
     return out
 
 
+_NUMBER_RE = re.compile(r"\d+(?:\.\d+)*")
+
+
 def email_ok(p: StockPayload, product: Product, mail: Email) -> bool:
-    to, subject, _ = render(p, product)
+    to, subject, rendered = render(p, product)
     f = fields_of(p, product)
     body = _norm(mail.body)
-    numbers_ok = all(re.search(rf"(?<![\d.]){f[k]}(?!\.?\d)", mail.body) for k in ("stock", "threshold"))
+    # The stock and threshold are stated, and the body states no number the rendered template does not
+    # (a body listing 0..99 names every stock figure but states none).
+    numbers_ok = (all(re.search(rf"(?<![\d.]){f[k]}(?!\.?\d)", mail.body) for k in ("stock", "threshold"))
+                  and set(_NUMBER_RE.findall(mail.body)) <= set(_NUMBER_RE.findall(rendered)))
     return (
         mail.to.strip().casefold() == to.casefold()
         and _norm(mail.subject) == _norm(subject)
