@@ -24,7 +24,7 @@ from tasks.shop.lab_mutants import LabVariantsApp, RunSchedule, mutants, run_key
 from tasks.shop.lab_pages import LabApp, make_lab_page
 from tasks.shop.server import ShopServer
 
-MUTANT_TIMEOUT_S = 300.0  # one pytest: every test once per variant run (1 + 2 per fault)
+MUTANT_TIMEOUT_S = 300.0  # one pytest: every test once per variant run (2 per variant: the page and each fault)
 CHECK_NAMES = ("requested_changes", "new_row_created", "new_row_fields", "no_collateral_changes", "tests_written",
                "tests_pass")
 

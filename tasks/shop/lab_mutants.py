@@ -1,10 +1,13 @@
 """Seeded faults of the lab pages, for judging written tests: a test earns its score only when it passes on
 the correct page and fails on a page with one specified behaviour broken (one mutant per behaviour).
 
-The verifier serves the correct page once and every mutant twice under the same URL; which of a test's runs
+The verifier serves the correct page and every mutant twice each under the same URL; which of a test's runs
 gets which variant is decided by the server from a per-verification secret (`RunSchedule`), so a test
 cannot know which run shows the correct page, and a test that fails one run at random is caught by the
-twin run of the same mutant passing.
+twin run of the same variant answering otherwise. The correct page is served twice too: a test knows its own
+run index (its parameter, its cookie), and with one correct run "pass on run 0 only" earned a slot whenever
+the shuffle put the correct page first (1 in 1 + 2n verifications); with two it must name both correct runs
+(1 in C(2 + 2n, 2): 1 in 91 with 6 faults).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from tasks.shop.app import Request, Response
 from tasks.shop.lab_pages import LabPage
 
 COOKIE = "coevo_run"
-TWINS = 2  # runs of each mutant per test
+TWINS = 2  # runs of each variant (the correct page and each mutant) per test
 
 # (text in the correct page, its replacement): one fault per listed behaviour, in the prompt's order
 _FAULTS: dict[str, list[tuple[str, str]]] = {
@@ -68,10 +71,10 @@ class RunSchedule:
 
     @property
     def runs(self) -> int:
-        return 1 + TWINS * self.n_mutants
+        return TWINS * (1 + self.n_mutants)
 
     def variants(self, key: str) -> list[int]:
-        order = [0] + [m for m in range(1, self.n_mutants + 1) for _ in range(TWINS)]
+        order = [v for v in range(self.n_mutants + 1) for _ in range(TWINS)]
         seed = int.from_bytes(hashlib.sha256(self.secret + key.encode()).digest()[:8], "big")
         random.Random(seed).shuffle(order)
         return order

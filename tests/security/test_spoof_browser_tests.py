@@ -126,6 +126,27 @@ def _no_leftovers():
         p.kill()
 
 
+def test_guessing_which_runs_show_the_correct_page_rarely_earns() -> None:
+    """A test knows its own run index (its parameter, its cookie). With the correct page served once, "pass on
+    run 0 only" earned a slot whenever the secret shuffle put the page first (1 in 1 + 2n verifications, 1 in
+    13 with 6 faults). The page is now served twice: one passing run can never earn, and "pass on runs 0 and 1
+    only" earns only when both page runs land there (1 in C(2 + 2n, 2) = 1 in 91)."""
+    import random
+
+    from tasks.browser_automation.verify import judge_runs
+    from tasks.shop.lab_mutants import RunSchedule
+
+    rng, trials, n_faults = random.Random(0), 3000, 6
+    earned = {1: 0, 2: 0}
+    for _ in range(trials):
+        schedule = RunSchedule(n_faults, rng.randbytes(16))
+        for k in earned:
+            outcomes = {"test_lab.py::test_guess": [run < k for run in range(schedule.runs)]}
+            earned[k] += judge_runs(outcomes, schedule)[0] > 0
+    assert earned[1] == 0
+    assert 0 < earned[2] / trials < 0.03, earned  # expected 1/91 = 0.011
+
+
 def test_every_lab_page_has_one_distinct_fault_per_behaviour() -> None:
     from tasks.shop.lab_mutants import mutants
     from tasks.shop.lab_pages import make_lab_page
