@@ -28,7 +28,7 @@ from tasks.policies import run_policy
 from tasks.records import FinalAnswer, Step, ToolCall, Verdict
 from tasks.shop.data import money
 from tasks.shop.env import ShopEnvironment
-from tasks.shop.lab_pages import make_lab_page
+from tasks.shop.lab_pages import LabApp, LabPage, make_lab_page
 from tasks.website_admin import WebsiteAdminEnv
 
 WA = tasks.get("website_admin")
@@ -179,8 +179,8 @@ _LAB = ("<!doctype html><html><head><title>Lab</title></head><body><h1>Lab</h1>"
 class _LabEnv(WebsiteAdminEnv):
     action_timeout_s = 2.0
 
-    def lab_html(self) -> str:
-        return _LAB
+    def lab_app(self) -> LabApp:
+        return LabApp(LabPage(kind="static", html=_LAB, behaviours=[], oracle_tests="", params={}))
 
 
 async def test_off_origin_and_missing_elements_are_tool_errors() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from tasks.base import Draft
 from tasks.shop.data import CATEGORIES, Shop, generate_shop, money
-from tasks.shop.lab_pages import make_lab_page
+from tasks.shop.lab_pages import LabPage, make_lab_page
 
 KINDS = ("discount", "bulk_stock", "wizard", "write_tests")
 PREAMBLE = ("You operate the admin site of an online shop with the browser tools (start at /login; user "
@@ -104,6 +104,6 @@ def draft(index: int, rng: random.Random) -> Draft:
     return Draft(instruction=instruction, difficulty="hard" if hard else "easy", payload=spec)
 
 
-def lab_page_of(payload: dict[str, Any], difficulty: str) -> str:
-    """The HTML of a test-writing instance's lab page ('' for the other kinds)."""
-    return make_lab_page(payload["lab_seed"], difficulty == "hard").html if "lab_seed" in payload else ""
+def lab_page_of(payload: dict[str, Any], difficulty: str) -> LabPage | None:
+    """A test-writing instance's lab page (None for the other kinds)."""
+    return make_lab_page(payload["lab_seed"], difficulty == "hard") if "lab_seed" in payload else None

@@ -10,6 +10,7 @@ from tasks.browser_automation.verify import BrowserAutomationSnapshot, verify
 from tasks.records import TaskInstance, Verdict
 from tasks.runtime.pw_tests import TEST_FILE_RE, TestRun, run_tests
 from tasks.shop.env import ShopEnvironment
+from tasks.shop.lab_pages import LabApp
 from tasks.tooling import ToolError, tool
 
 MAX_TEST_FILES = 5
@@ -27,8 +28,9 @@ class BrowserAutomationEnv(ShopEnvironment):
         super()._setup()
         self.files = {}
 
-    def lab_html(self) -> str:
-        return lab_page_of(self.instance.payload, self.instance.difficulty)
+    def lab_app(self) -> LabApp | None:
+        lab = lab_page_of(self.instance.payload, self.instance.difficulty)
+        return LabApp(lab) if lab is not None else None
 
     @tool
     def write_file(self, path: str, content: str) -> str:

@@ -10,21 +10,18 @@ environment or its server, so it also works after the environment is closed.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.browser_automation.data import lab_page_of
 from tasks.records import TaskInstance, Verdict
 from tasks.runtime.pw_tests import MIN_TESTS, TestRun, run_tests
 from tasks.shop.checks import diff_checks, initial_tables
 from tasks.shop.data import generate_shop
-from tasks.shop.lab_mutants import LabVariantsApp, RunSchedule, mutants, run_key
-from tasks.shop.lab_pages import LabApp, make_lab_page
+from tasks.shop.lab_mutants import LabVariantsApp, RunSchedule, n_faults
+from tasks.shop.lab_pages import make_lab_page
 from tasks.shop.server import ShopServer
 
-MUTANT_TIMEOUT_S = 300.0  # one pytest: every test once per variant run (2 per variant: the page and each fault)
 CHECK_NAMES = ("requested_changes", "new_row_created", "new_row_fields", "no_collateral_changes", "tests_written",
                "tests_pass")
 
@@ -47,25 +44,15 @@ def verify(instance: TaskInstance, snap: BrowserAutomationSnapshot) -> Verdict:
     return Verdict.from_items(checks)
 
 
-def run_on_lab_page(instance: TaskInstance, files: dict[str, str]) -> TestRun:
-    """Run test files against a fresh server that serves only the instance's lab page."""
-    server = ShopServer(LabApp(lab_page_of(instance.payload, instance.difficulty)))
-    server.start()
-    try:
-        return run_tests(dict(files), server.origin + "/lab")
-    finally:
-        server.stop()
-
-
 def run_on_mutants(instance: TaskInstance, files: dict[str, str]) -> tuple[TestRun, RunSchedule]:
-    """Run test files against the lab page and its seeded faults: one pytest (one browser), each test run
-    once per variant run of a secret schedule (`tasks.shop.lab_mutants`)."""
+    """Run test files against the lab page and its seeded faults: one sandboxed pytest per run of a secret
+    schedule (`tasks.shop.lab_mutants`), each seeing only its own variant."""
     lab = make_lab_page(instance.payload["lab_seed"], instance.difficulty == "hard")
-    schedule = RunSchedule(len(mutants(lab)), secrets.token_bytes(16))
+    schedule = RunSchedule(n_faults(lab))
     server = ShopServer(LabVariantsApp(lab, schedule))
     server.start()
     try:
-        return run_tests(dict(files), server.origin + "/lab", runs=schedule.runs, timeout_s=MUTANT_TIMEOUT_S), schedule
+        return run_tests(dict(files), server.origin + "/lab", tokens=schedule.tokens), schedule
     finally:
         server.stop()
 
@@ -78,25 +65,26 @@ def _verify_tests(instance: TaskInstance, files: dict[str, str]) -> Verdict:
     if run.error:
         slots = [(False, f"not passed: {run.error}")] * MIN_TESTS
         return Verdict.from_items({"tests_pass": slots}).model_copy(update={"feedback": run.summary()})
-    earned, lines = judge_runs(run.outcomes, schedule)
+    earned, lines = judge_runs(run.outcomes, schedule.order)
     slots = [(True, "")] * earned + [(False, "passes on the page and catches a seeded fault: no")] * (
         max(len(run.outcomes), MIN_TESTS) - earned)
     lines += [f"- {f}" for f in run.failures[:10]]
     return Verdict.from_items({"tests_pass": slots}).model_copy(update={"feedback": "\n".join(lines)})
 
 
-def judge_runs(outcomes: dict[str, list[bool]], schedule: RunSchedule) -> tuple[int, list[str]]:
-    """Tests earning a slot: the same outcome on both runs of every variant, passed on the correct page,
-    failed on at least one mutant. Earned = min(such tests, mutants they catch together)."""
+def judge_runs(outcomes: dict[str, list[bool]], order: list[int]) -> tuple[int, list[str]]:
+    """Tests earning a slot: the same outcome on both runs of every variant (`order[i]`: run i's variant),
+    passed on the correct page, failed on at least one fault. Earned = min(such tests, faults they catch
+    together)."""
     good: list[str] = []
     caught: set[int] = set()
     lines = []
     for key, row in outcomes.items():
         seen: dict[int, set[bool]] = {}
-        for run, variant in enumerate(schedule.variants(run_key(*key.split("::", 1)))):
-            seen.setdefault(variant, set()).add(row[run])
+        for passed, variant in zip(row, order, strict=True):
+            seen.setdefault(variant, set()).add(passed)
         kills = {v for v, outs in seen.items() if v and outs == {False}}
-        name = key.split("::", 1)[1]
+        name = key.split("::", 1)[-1]
         if any(len(outs) > 1 for outs in seen.values()):
             lines.append(f"- {name}: gives different results on the same page (flaky): not counted")
         elif seen.get(0) != {True}:
@@ -108,5 +96,5 @@ def judge_runs(outcomes: dict[str, list[bool]], schedule: RunSchedule) -> tuple[
             caught |= kills
     earned = min(len(good), len(caught))
     head = (f"{len(good)} of {len(outcomes)} tests pass on the page and catch a seeded fault; together they catch "
-            f"{len(caught)} of {schedule.n_mutants} faults (score {earned}/{max(len(outcomes), MIN_TESTS)})")
+            f"{len(caught)} of {max(order)} faults (score {earned}/{max(len(outcomes), MIN_TESTS)})")
     return earned, [head, *lines[:10]]

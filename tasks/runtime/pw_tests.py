@@ -8,9 +8,11 @@ bound into the sandbox, forwarded to the server's loopback port inside it), whol
 processes, and everything the tests started is killed when the call ends.
 
 Score = passed / max(total, 5), as in the public suite; a test that never takes the `page` fixture is
-counted in the total but not as passed (so `def test_x(): assert True` earns nothing). With `runs > 1`
-every test that takes `page` is run that many times, each run's context carrying a run cookie the page's
-server reads (`tasks.shop.lab_mutants`); `TestRun.outcomes` then holds each run's pass/fail.
+counted in the total but not as passed (so `def test_x(): assert True` earns nothing). With `tokens`, the
+files are run once per token, each run a pytest of its own in a fresh sandbox (its own copy of the files,
+its own /tmp, its own browser), whose contexts carry that token as a cookie the page's server reads
+(`tasks.shop.lab_mutants`); `TestRun.outcomes` then holds each test's pass/fail per run. Runs share
+nothing: a test in one run cannot see what another run was served.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import shutil
 import tempfile
 import urllib.parse
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -31,10 +35,10 @@ from tasks.runtime.unix_relay import FORWARDER, UnixRelay
 
 MIN_TESTS = 5
 TIMEOUT_S = 90.0
+WORKERS = 2  # runs at a time (one browser each)
 TEST_FILE_RE = re.compile(r"^(tests/)?test_[a-z0-9_]{1,60}\.py$")
 
 CONFTEST = '''
-import hashlib
 import os
 import pytest
 from playwright.sync_api import sync_playwright
@@ -49,11 +53,6 @@ def _coevo_browser():
         browser.close()
 
 
-@pytest.fixture
-def _coevo_run():
-    return 0
-
-
 @pytest.fixture(autouse=True)
 def _coevo_same_randomness():
     """Every run of a test starts from the same `random` state, so a coin-flip test answers alike on the
@@ -63,46 +62,29 @@ def _coevo_same_randomness():
     random.seed(0)
 
 
-def pytest_generate_tests(metafunc):
-    runs = int(os.environ.get("COEVO_RUNS", "1"))
-    if runs > 1 and "page" in metafunc.fixturenames:
-        metafunc.parametrize("_coevo_run", range(runs), ids=[f"r{i}" for i in range(runs)])
-
-
-_SHARED = {"key": None, "ctx": None, "page": None}
-
-
-def _run_page(browser, key, run):
-    """With several runs: one context for the session and one page per test, reloaded for each run with that
-    run's cookie (a new renderer per run would multiply the cost)."""
-    if _SHARED["ctx"] is None:
-        _SHARED["ctx"] = browser.new_context()
-    ctx, pg = _SHARED["ctx"], _SHARED["page"]
-    if _SHARED["key"] != key or pg is None or pg.is_closed():
-        if pg is not None and not pg.is_closed():
-            pg.close()
-        pg = _SHARED["page"] = ctx.new_page()
-        _SHARED["key"] = key
-    ctx.clear_cookies()
-    ctx.add_cookies([{"name": "coevo_run", "value": f"{key}-{run}", "url": os.environ["PAGE_URL"]}])
-    pg.set_default_timeout(4000)
-    pg.goto(os.environ["PAGE_URL"])
-    return pg
+_SHARED = {"ctx": None, "page": None}
 
 
 @pytest.fixture
-def page(_coevo_browser, _coevo_run, request):
-    """A fresh page already showing the page under test."""
-    if int(os.environ.get("COEVO_RUNS", "1")) > 1:
-        key = hashlib.sha256(f"{request.node.module.__name__}::{request.node.originalname}".encode()).hexdigest()[:16]
-        yield _run_page(_coevo_browser, key, _coevo_run)
-        return
-    ctx = _coevo_browser.new_context()
-    pg = ctx.new_page()
+def page(_coevo_browser):
+    """The page under test, freshly loaded. One context and one page serve every test of the run (a new
+    renderer per test would multiply the cost); the run's token cookie is set again before each test."""
+    pg = _SHARED["page"]
+    if pg is None or pg.is_closed():
+        try:
+            pg = _SHARED["ctx"].new_page()
+        except Exception:  # no context yet, or a test closed it
+            _SHARED["ctx"] = _coevo_browser.new_context()
+            pg = _SHARED["ctx"].new_page()
+        _SHARED["page"] = pg
+    ctx = _SHARED["ctx"]
+    ctx.clear_cookies()
+    token = os.environ.get("COEVO_TOKEN", "")
+    if token:
+        ctx.add_cookies([{"name": "coevo_run", "value": token, "url": os.environ["PAGE_URL"]}])
     pg.set_default_timeout(4000)
     pg.goto(os.environ["PAGE_URL"])
-    yield pg
-    ctx.close()
+    return pg
 
 
 def pytest_collection_modifyitems(items):
@@ -121,7 +103,8 @@ class TestRun(BaseModel):
     passed: int = 0
     failures: list[str] = []
     error: str = ""
-    outcomes: dict[str, list[bool]] = {}  # with runs > 1: "module::test" -> pass/fail of each run
+    cases: dict[str, bool] = {}  # one run: "module::test" -> passed
+    outcomes: dict[str, list[bool]] = {}  # several runs (tokens): "module::test" -> passed, per run
 
     @property
     def score(self) -> float:
@@ -144,10 +127,20 @@ SITE_ROOT = "/coevo-site"  # the test runner's packages (pytest, playwright), re
 NET_ROOT = "/coevo-net"  # the relay's socket
 
 
-def run_tests(test_files: dict[str, str], page_url: str, *, timeout_s: float = TIMEOUT_S, runs: int = 1) -> TestRun:
-    """Run the given {name: source} test files against `page_url` in the sandbox (each test `runs` times)."""
+def run_tests(test_files: dict[str, str], page_url: str, *, timeout_s: float = TIMEOUT_S,
+              tokens: Sequence[str] = ()) -> TestRun:
+    """Run the given {name: source} test files against `page_url` in the sandbox: once, or once per token in
+    `tokens` (a fresh sandboxed pytest each, `WORKERS` at a time), merged into per-test outcomes."""
     if not test_files:
         return TestRun(error="no test files (write tests/test_<name>.py)")
+    if not tokens:
+        return _run_once(test_files, page_url, timeout_s, "")
+    with ThreadPoolExecutor(WORKERS) as pool:
+        runs = list(pool.map(lambda t: _run_once(test_files, page_url, timeout_s, t), tokens))
+    return _merge(runs)
+
+
+def _run_once(test_files: dict[str, str], page_url: str, timeout_s: float, token: str) -> TestRun:
     work = Path(tempfile.mkdtemp(prefix="coevo-pwtest-"))
     net = Path(tempfile.mkdtemp(prefix="coevo-pwnet-"))
     url = urllib.parse.urlsplit(page_url)
@@ -160,15 +153,28 @@ def run_tests(test_files: dict[str, str], page_url: str, *, timeout_s: float = T
         (work / "conftest.py").write_text(CONFTEST)
         (work / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
         relay = UnixRelay(net / "shop.sock", url.hostname or "127.0.0.1", url.port or 80)
-        result = _sandboxed_pytest(work, net, page_url, url.port or 80, runs, timeout_s)
+        result = _sandboxed_pytest(work, net, page_url, url.port or 80, token, timeout_s)
         if result.timed_out:
             return TestRun(error=f"the tests did not finish within {timeout_s:.0f} s and were killed")
-        return _parse(work, result.output, runs)
+        return _parse(work, result.output)
     finally:
         if relay is not None:
             relay.close()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(net, ignore_errors=True)
+
+
+def _merge(runs: list[TestRun]) -> TestRun:
+    """Per-test outcomes over runs: a test missing from a run, or a run that failed as a whole (an error, a
+    timeout), counts as not passed there."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.cases))
+    if not keys:
+        return TestRun(error=next((r.error for r in runs if r.error), "no tests were collected"))
+    outcomes = {k: [r.cases.get(k, False) for r in runs] for k in keys}
+    failures = list(dict.fromkeys(f for r in runs for f in r.failures))
+    failures += [f"a run failed as a whole: {r.error}" for r in runs if r.error][:1]
+    return TestRun(total=len(keys), passed=sum(all(row) for row in outcomes.values()), failures=failures,
+                   outcomes=outcomes)
 
 
 def _site_packages() -> Path:
@@ -183,13 +189,13 @@ def _chromium() -> str:
     return str(real) if real.exists() and not os.environ.get("COEVO_CHROMIUM") else chromium_path()
 
 
-def _sandboxed_pytest(work: Path, net: Path, page_url: str, port: int, runs: int,
+def _sandboxed_pytest(work: Path, net: Path, page_url: str, port: int, token: str,
                       timeout_s: float) -> SandboxResult:
     sandbox = Sandbox(work, PW_LIMITS, ro_binds={SITE_ROOT: _site_packages(), NET_ROOT: net})
     bwrap = sandbox.backend == "bwrap"
     root = sandbox.root
     env = {"PAGE_URL": page_url, "COEVO_CHROMIUM": _chromium(), "COEVO_CHROMIUM_ARGS": " ".join(CHROMIUM_ARGS),
-           "COEVO_NOPAGE_FILE": f"{root}/nopage.txt", "COEVO_RUNS": str(runs), "PYTHONDONTWRITEBYTECODE": "1"}
+           "COEVO_NOPAGE_FILE": f"{root}/nopage.txt", "COEVO_TOKEN": token, "PYTHONDONTWRITEBYTECODE": "1"}
     args = ["-q", "-p", "no:asyncio", "-c", f"{root}/pytest.ini", "--rootdir", root, "--junitxml",
             f"{root}/report.xml", root]
     site = SITE_ROOT if bwrap else str(_site_packages())
@@ -200,7 +206,7 @@ def _sandboxed_pytest(work: Path, net: Path, page_url: str, port: int, runs: int
     return sandbox.python(boot, wall_s=timeout_s)
 
 
-def _parse(work: Path, output: str, runs: int = 1) -> TestRun:
+def _parse(work: Path, output: str) -> TestRun:
     report = work / "report.xml"
     if not report.exists():
         tail = re.sub(r"\d+\.\d+s", "", output.strip())[-800:]
@@ -210,19 +216,17 @@ def _parse(work: Path, output: str, runs: int = 1) -> TestRun:
         cases = list(ET.parse(report).getroot().iter("testcase"))
     except ET.ParseError as e:
         return TestRun(error=f"the test report could not be read: {e}")
-    if runs > 1:
-        return _parse_runs(cases, nopage, runs)
-    total, passed, failures = 0, 0, []
+    outcome: dict[str, bool] = {}
+    failures = []
     for case in cases:
-        total += 1
         ok, why = _case_outcome(case, nopage)
-        passed += ok
+        outcome[f"{(case.get('classname') or '').split('.')[0]}::{case.get('name', '?')}"] = ok
         if not ok:
             failures.append(why)
-    if total == 0:
+    if not outcome:
         tail = re.sub(r"\d+\.\d+s", "", output.strip())[-800:]
         return TestRun(error=f"no tests were collected: {tail}")
-    return TestRun(total=total, passed=passed, failures=failures)
+    return TestRun(total=len(outcome), passed=sum(outcome.values()), failures=failures, cases=outcome)
 
 
 def _case_outcome(case: ET.Element, nopage: set[str]) -> tuple[bool, str]:
@@ -235,26 +239,3 @@ def _case_outcome(case: ET.Element, nopage: set[str]) -> tuple[bool, str]:
         return False, f"{name}: does not use the page fixture, so it tests nothing on the page"
     msg = (bad.get("message") or bad.tag).split("\n")[0][:200]
     return False, f"{name}: {bad.tag}: {msg}"
-
-
-_RUN_ID = re.compile(r"^(?P<fn>[^\[]+)\[r(?P<run>\d+)\]$")
-
-
-def _parse_runs(cases: list[ET.Element], nopage: set[str], runs: int) -> TestRun:
-    """Each test's pass/fail per run (a test without every run, or without `page`, never passes)."""
-    outcomes: dict[str, list[bool]] = {}
-    failures: list[str] = []
-    for case in cases:
-        name = case.get("name", "?")
-        m = _RUN_ID.match(name)
-        key = f"{(case.get('classname') or '').split('.')[0]}::{m.group('fn') if m else name}"
-        row = outcomes.setdefault(key, [False] * runs)
-        ok, why = _case_outcome(case, nopage)
-        if m and int(m.group("run")) < runs:
-            row[int(m.group("run"))] = ok
-        elif why:
-            failures.append(why)  # a test without `page` is not run per variant: it tests nothing on the page
-    if not outcomes:
-        return TestRun(error="no tests were collected")
-    return TestRun(total=len(outcomes), passed=sum(all(r) for r in outcomes.values()), failures=failures,
-                   outcomes=outcomes)

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Protocol
 from urllib.parse import quote, urlencode
 
 from tasks.shop import pages as P
@@ -67,6 +68,12 @@ class Response:
     content_type: str = "text/html; charset=utf-8"
 
 
+class App(Protocol):
+    """What a server serves: one response per request, from any of the server's threads."""
+
+    def handle(self, req: Request) -> Response: ...
+
+
 def redirect(location: str) -> Response:
     return Response(status=303, headers=[("Location", location)])
 
@@ -94,12 +101,12 @@ def _valid_date(text: str) -> bool:
 
 
 class ShopApp:
-    def __init__(self, db_path: str, password: str, *, lab_html: str = "", username: str = "admin") -> None:
+    def __init__(self, db_path: str, password: str, *, lab: App | None = None, username: str = "admin") -> None:
         self._con = sqlite3.connect(db_path, check_same_thread=False)
         self._con.row_factory = sqlite3.Row
         self._lock = threading.Lock()
         self._username, self._password = username, password
-        self._lab_html = lab_html
+        self._lab = lab
         self._sessions: set[str] = set()
         self._token_base = hashlib.sha256(f"{db_path}:{password}".encode()).hexdigest()[:16]
 
@@ -122,8 +129,8 @@ class ShopApp:
 
     def _route(self, req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
-        if path == "/lab" and self._lab_html:
-            return Response(body=self._lab_html)
+        if self._lab is not None and path in ("/lab", "/lab/api"):
+            return self._lab.handle(req)
         if path == "/login":
             return self._login(req)
         if not self._authed(req):

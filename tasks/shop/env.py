@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from tasks.base import Environment
 from tasks.records import TaskInstance
 from tasks.runtime.browser import BrowserSession
-from tasks.shop.app import ShopApp
+from tasks.shop.app import App, ShopApp
 from tasks.shop.data import Shop, dump_tables, generate_shop, write_db
 from tasks.shop.server import ShopServer
 from tasks.tooling import ToolError, tool
@@ -46,15 +46,15 @@ class ShopEnvironment(Environment):
         """The instance's initial shop, rebuilt from its seed."""
         return generate_shop(self.instance.payload["shop_seed"])
 
-    def lab_html(self) -> str:
-        """HTML served at /lab (the test-writing variant's generated page); empty = no lab page."""
-        return ""
+    def lab_app(self) -> App | None:
+        """What serves /lab and /lab/api (the test-writing variant's generated page); None = no lab page."""
+        return None
 
     def _setup(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix=f"coevo-{self.instance.family}-{self.instance.index}-"))
         db = self.tmp / "shop.db"
         write_db(self.shop(), db)
-        self._app = ShopApp(str(db), self.instance.payload["password"], lab_html=self.lab_html())
+        self._app = ShopApp(str(db), self.instance.payload["password"], lab=self.lab_app())
         self.server = ShopServer(self._app)
         self.server.start()
         self.browser = BrowserSession(self.server.origin, action_timeout_s=self.action_timeout_s)

@@ -2,16 +2,22 @@
 to-do list or sign-up form) whose behaviours are listed in the prompt, plus the oracle's test file.
 
 Each page is seeded: labels, limits and starting values vary per instance, so a test file written for one
-instance fails on another. The oracle's tests use only the `page` fixture our conftest provides.
+instance fails on another. The page's HTML is only a renderer: every action asks `/lab/api` (a synchronous
+request, so the page has changed when a click returns) and shows the answer, which `tasks.shop.lab_logic`
+computes. The HTML is therefore the same for the correct page and every seeded fault, and carries none of
+the instance's numbers. The oracle's tests use only the `page` fixture our conftest provides.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 from tasks.shop.app import Request, Response
+from tasks.shop.lab_logic import LabRequestError, answer, parse_state
 
 _TITLES = ("Ticket counter", "Visitor counter", "Stock counter", "Lap counter", "Score keeper")
 _ITEMS = ("Buy milk", "Call Rosa", "Fix the fence", "Pay rent", "Water plants", "Book flights", "Send invoice",
@@ -24,11 +30,22 @@ class LabPage:
     html: str
     behaviours: list[str]
     oracle_tests: str
+    params: dict[str, Any]  # what `tasks.shop.lab_logic` needs to answer for this page
+
+
+# Every action posts (action, the state the page shows) and waits for the answer: a synchronous request, so
+# a test's click returns only after the page shows the result.
+_API = ("const api=(action,state)=>{const x=new XMLHttpRequest(); x.open('POST','/lab/api',false);"
+        "x.setRequestHeader('Content-Type','application/x-www-form-urlencoded');"
+        "x.send('action='+encodeURIComponent(action)+'&state='+encodeURIComponent(JSON.stringify(state||{})));"
+        "if(x.status!==200) throw new Error('lab api: '+x.status+' '+x.responseText); return JSON.parse(x.responseText);};"
+        "const $=id=>document.getElementById(id);")
+_JSON = "application/json"
 
 
 def _page(title: str, body: str, script: str) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title></head><body>"
-            f"<h1>{escape(title)}</h1>{body}<script>{script}</script></body></html>")
+            f"<h1>{escape(title)}</h1>{body}<script>{_API}{script}</script></body></html>")
 
 
 def counter(rng: random.Random, hard: bool) -> LabPage:
@@ -38,10 +55,9 @@ def counter(rng: random.Random, hard: bool) -> LabPage:
     top = start + step * rng.randint(3, 6) + rng.randint(0, step - 1)
     body = ("<p>Count: <span id='count'></span></p><button id='dec'>Decrease</button> "
             "<button id='inc'>Increase</button> <button id='reset'>Reset</button><p id='message' role='status'></p>")
-    script = (f"const start={start}, step={step}, max={top}; let n=start; const $=id=>document.getElementById(id);"
-              "const show=()=>{$('count').textContent=n; $('message').textContent = n>=max ? 'Maximum reached' : "
-              "(n===0 ? 'At zero' : '');}; $('inc').onclick=()=>{n=Math.min(max,n+step);show();};"
-              "$('dec').onclick=()=>{n=Math.max(0,n-step);show();}; $('reset').onclick=()=>{n=start;show();}; show();")
+    script = ("let n=0; const show=r=>{n=r.n; $('count').textContent=r.n; $('message').textContent=r.message;};"
+              "$('inc').onclick=()=>show(api('inc',{n})); $('dec').onclick=()=>show(api('dec',{n}));"
+              "$('reset').onclick=()=>show(api('reset',{n})); show(api('init'));")
     beh = [f"On load, #count shows {start}.",
            f"Clicking #inc adds {step} to the count.",
            f"Clicking #dec subtracts {step}, but the count never goes below 0.",
@@ -62,7 +78,8 @@ def counter(rng: random.Random, hard: bool) -> LabPage:
         beh.append("When the count is 0, #message shows 'At zero'.")
         tests.append(f"def test_at_zero(page):\n    for _ in range({n_down}):\n        page.click('#dec')\n"
                      "    assert page.inner_text('#message') == 'At zero'\n")
-    return LabPage("counter", _page(title, body, script), beh, "\n\n".join(tests))
+    return LabPage("counter", _page(title, body, script), beh, "\n\n".join(tests),
+                   {"start": start, "step": step, "max": top})
 
 
 def todo(rng: random.Random, hard: bool) -> LabPage:
@@ -71,19 +88,18 @@ def todo(rng: random.Random, hard: bool) -> LabPage:
     new = rng.choice([x for x in _ITEMS if x not in items])
     body = ("<p><label for='new-item'>New item</label> <input id='new-item'> <button id='add'>Add</button></p>"
             "<p id='error' role='alert'></p><ul id='items'></ul><p id='remaining'></p>")
-    script = (f"const limit={limit}; const $=id=>document.getElementById(id);"
-              "const count=()=>{const n=document.querySelectorAll('#items li:not(.done)').length;"
-              "$('remaining').textContent = n + (n===1 ? ' item left' : ' items left');};"
-              "const add=t=>{const li=document.createElement('li'); const cb=document.createElement('input');"
-              "cb.type='checkbox'; cb.className='toggle'; cb.setAttribute('aria-label','Done: '+t);"
-              "cb.onchange=()=>{li.classList.toggle('done', cb.checked); count();};"
-              "const s=document.createElement('span'); s.className='text'; s.textContent=t;"
+    script = ("let items=[];"
+              "const render=r=>{items=r.items; $('remaining').textContent=r.remaining; const ul=$('items');"
+              "ul.replaceChildren(); items.forEach((it,i)=>{const li=document.createElement('li');"
+              "li.classList.toggle('done', it.done); const cb=document.createElement('input'); cb.type='checkbox';"
+              "cb.className='toggle'; cb.checked=it.done; cb.setAttribute('aria-label','Done: '+it.text);"
+              "cb.onchange=()=>{items[i].done=cb.checked; li.classList.toggle('done', cb.checked);"
+              "$('remaining').textContent=api('toggle',{items,index:i}).remaining;};"
+              "const s=document.createElement('span'); s.className='text'; s.textContent=it.text;"
               "const d=document.createElement('button'); d.className='delete'; d.textContent='Delete';"
-              "d.onclick=()=>{li.remove(); count();}; li.append(cb,' ',s,' ',d); $('items').append(li); count();};"
-              "$('add').onclick=()=>{const t=$('new-item').value.trim(); $('error').textContent='';"
-              "if(!t){$('error').textContent='Item text is required'; return;}"
-              "if(t.length>limit){$('error').textContent='Item text is too long'; return;}"
-              f"add(t); $('new-item').value='';}}; {''.join(f'add({t!r});' for t in items)}")
+              "d.onclick=()=>render(api('delete',{items,index:i})); li.append(cb,' ',s,' ',d); ul.append(li);});};"
+              "$('add').onclick=()=>{const r=api('add',{items,input:$('new-item').value}); $('error').textContent=r.error;"
+              "$('new-item').value=r.input; render(r);}; render(api('init'));")
     k = len(items)
     beh = [f"The list #items starts with {k} items: {', '.join(items)}; #remaining shows '{k} items left'.",
            "Typing text into #new-item and clicking #add appends an item with that text (in its span.text) to "
@@ -110,7 +126,8 @@ def todo(rng: random.Random, hard: bool) -> LabPage:
         tests.append(f"def test_too_long(page):\n    page.fill('#new-item', 'x' * {limit + 1})\n    page.click('#add')\n"
                      f"    assert page.inner_text('#error') == 'Item text is too long'\n"
                      f"    assert page.locator('#items li').count() == {k}\n")
-    return LabPage("todo", _page("To-do list", body, script), beh, "\n\n".join(tests))
+    return LabPage("todo", _page("To-do list", body, script), beh, "\n\n".join(tests),
+                   {"items": items, "limit": limit})
 
 
 def signup(rng: random.Random, hard: bool) -> LabPage:
@@ -124,13 +141,9 @@ def signup(rng: random.Random, hard: bool) -> LabPage:
             "<p><label for='confirm'>Confirm password</label> <input id='confirm' type='password'></p>"
             "<button id='submit'>Create account</button></form><p id='error' role='alert'></p>"
             "<p id='result' role='status'></p>")
-    digit = "if(!/[0-9]/.test(p)) return 'Password must contain a digit';" if hard else ""
-    script = (f"const n={n}; const $=id=>document.getElementById(id);"
-              "const check=(e,p,c)=>{if(!/^[^@\\s]+@[^@\\s]+\\.[a-z]+$/.test(e)) return 'Enter a valid email address';"
-              f"if(p.length<n) return 'Password must be at least {n} characters';{digit}"
-              "if(p!==c) return 'Passwords do not match'; return '';};"
-              "$('submit').onclick=()=>{const e=$('email').value.trim(), p=$('password').value, c=$('confirm').value;"
-              "const err=check(e,p,c); $('error').textContent=err; $('result').textContent = err ? '' : 'Welcome, '+e+'!';};")
+    script = ("$('submit').onclick=()=>{const r=api('submit',{email:$('email').value.trim(),"
+              "password:$('password').value, confirm:$('confirm').value, error:$('error').textContent});"
+              "$('error').textContent=r.error; $('result').textContent=r.result;};")
     beh = ["Submitting (#submit) with an email without '@' shows 'Enter a valid email address' in #error.",
            f"A password shorter than {n} characters shows 'Password must be at least {n} characters' in #error.",
            "When #confirm differs from #password, #error shows 'Passwords do not match'.",
@@ -154,7 +167,8 @@ def signup(rng: random.Random, hard: bool) -> LabPage:
         nodigit = "y" * (n + 1)
         tests.append("def test_needs_digit(page):\n" + fill(email, nodigit, nodigit)
                      + "    assert page.inner_text('#error') == 'Password must contain a digit'\n")
-    return LabPage("signup", _page("Create your account", body, script), beh, "\n\n".join(tests))
+    return LabPage("signup", _page("Create your account", body, script), beh, "\n\n".join(tests),
+                   {"min_length": n, "digit": hard})
 
 
 KINDS = {"counter": counter, "todo": todo, "signup": signup}
@@ -165,15 +179,27 @@ def make_lab_page(seed: int, hard: bool) -> LabPage:
     return KINDS[rng.choice(sorted(KINDS))](rng, hard)
 
 
-class LabApp:
-    """Serves one lab page at /lab and nothing else: what the verifier runs written tests against (a server
-    of its own, so verification needs neither the episode's server nor its state)."""
+def lab_response(lab: LabPage, req: Request, fault: int) -> Response:
+    """/lab: the page; /lab/api: the answer of the page's logic under `fault` (0: the correct page)."""
+    path = req.path.rstrip("/") or "/"
+    if path == "/lab":
+        return Response(body=lab.html)
+    if path == "/lab/api" and req.method == "POST":
+        try:
+            body = answer(lab.kind, lab.params, req.arg("action"), parse_state(req.arg("state")), fault)
+        except LabRequestError as e:
+            return Response(status=400, body=json.dumps({"error": str(e)}), content_type=_JSON)
+        return Response(body=json.dumps(body), content_type=_JSON)
+    return Response(status=404, body="There is no page here; the page under test is /lab.",
+                    content_type="text/plain; charset=utf-8")
 
-    def __init__(self, html: str) -> None:
-        self.html = html
+
+class LabApp:
+    """Serves one lab page (/lab, /lab/api) with its correct behaviour and nothing else: the episode's shop
+    server mounts it, and a verifier can serve it from a server of its own."""
+
+    def __init__(self, lab: LabPage) -> None:
+        self.lab = lab
 
     def handle(self, req: Request) -> Response:
-        if (req.path.rstrip("/") or "/") == "/lab":
-            return Response(body=self.html)
-        return Response(status=404, body="There is no page here; the page under test is /lab.",
-                        content_type="text/plain; charset=utf-8")
+        return lab_response(self.lab, req, 0)

@@ -7,19 +7,12 @@ from __future__ import annotations
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from tasks.shop.app import Request, Response
+from tasks.shop.app import App, Request, Response
 
 log = logging.getLogger(__name__)
 MAX_BODY = 1_000_000  # a form post larger than this is refused (413), never read into memory
-
-
-class App(Protocol):
-    """What the server serves: one response per request, from any of the server's threads."""
-
-    def handle(self, req: Request) -> Response: ...
 
 
 class _Server(ThreadingHTTPServer):

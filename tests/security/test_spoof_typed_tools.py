@@ -1,6 +1,6 @@
 """Red team, the typed-tool families (#12): anomaly_detection (SQL warehouse + bucket), budget_approval
 (documents, threads, messages, file store), stock_alert (inventory, sheets, outbox) and website_admin (its final
-answer only: no browser is started). Every attempt goes through the agent's own tools (or final answer):
+answer, and SQL injection and path tricks through the browser tools). Every attempt goes through the agent's own tools (or final answer):
 writes to the data the verifier derives its truth from, path tricks in keys, oversized or special values,
 forged messages and over-claiming answers. Each must score no more than its real effect earns: the
 do-nothing score where the tool refused, else at most what the same honest-but-wrong output earns, and
@@ -431,7 +431,7 @@ async def test_sa_oversized_and_malformed_writes_are_refused() -> None:
         assert env.state() == state  # type: ignore[attr-defined]
 
 
-# --- website_admin: answers only (the questions are judged on the final answer; no browser is started) -----
+# --- website_admin: answers (the questions are judged on the final answer; no browser is started) ---------
 
 async def _wa_answer(index: int, text: str) -> Verdict:
     with _env(WA, index) as env:
@@ -456,3 +456,36 @@ async def test_wa_naming_every_product_as_a_top_seller_is_not_full_marks() -> No
     one_extra = await _wa_answer(5, "The best sellers: " + ", ".join(want + [wrong_extra]) + ".")
     assert "no_extra_products" in everything.failed_checks
     assert everything.score <= one_extra.score < 1.0
+
+
+# --- website_admin through the browser: injection in every filter and search, paths outside the app --------
+_INJECTIONS = ("' OR 1=1; UPDATE products SET price_cents = 1; --", "x' UNION SELECT sku, name FROM products --",
+               "1); DELETE FROM reviews; --", "%' ; DROP TABLE orders; --")
+
+
+async def test_wa_injection_through_urls_and_forms_changes_nothing() -> None:
+    """Signed in, an edit task's agent puts SQL into every list filter and the search box, and asks for files
+    outside the app: the database is exactly as it was and the score is the do-nothing score."""
+    from urllib.parse import quote
+
+    from tasks.shop.oracle import login_steps
+
+    index = next(i for i in range(100) if tasks.get(WA).generate(i).payload["kind"] == "set_price")
+    with _env(WA, index) as env:
+        before = env.tables()  # type: ignore[attr-defined]
+        calls = [(c.name, c.arguments) for c in login_steps(env.instance.payload["password"], "/products")]
+        for text in _INJECTIONS:
+            for page, field in (("products", "q"), ("products", "category"), ("orders", "status"),
+                                ("orders", "year"), ("customers", "q"), ("reviews", "rating"), ("stock", "below")):
+                calls.append(("goto", {"url": f"/{page}?{field}={quote(text)}&page={quote(text)}"}))
+            calls += [("goto", {"url": "/products"}), ("fill", {"ref": "q", "text": text}), ("press", {"key": "Enter", "ref": "q"})]
+        results = [await env.call(name, args) for name, args in calls]
+        for path in ("/../../etc/passwd", "/products/..%2f..%2f..%2fetc%2fpasswd", "/static/../../etc/passwd"):
+            results.append(r := await env.call("goto", {"url": path}))
+            assert "root:" not in r.content, (path, r.content[:200])
+        assert not any("Traceback" in r.content for r in results)
+        errors = [(c, r.content[:120]) for c, r in zip(calls, results, strict=False) if r.is_error]
+        assert not errors, errors  # signed in: every page loaded and the search was submitted
+        await env.submit(FinalAnswer(text="Done."))
+        assert env.tables() == before  # type: ignore[attr-defined]
+        assert env.verify().score == _nothing(WA, index) < 1.0

@@ -33,7 +33,7 @@ from flows.config import ConfigError, load_config, parse_config, preflight
 from harness import baseline
 from scripted_model import Step, counter_env, scripted
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FAKE_KEY = "sk-fake-" + "7f3a9c1e5b2d4086" * 2  # distinctive: any hit is this key, not a coincidence
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FAKE_KEY = "sk-fake-cli-" + "5e1d" * 8
 
 DRIVER = r"""

@@ -21,7 +21,7 @@ from tasks.runtime.disk import is_capped_mount, make_workspace, remove_workspace
 from tasks.runtime.sandbox import Sandbox, SandboxLimits
 from tasks.runtime.workspace import WorkspaceEnvironment
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUPPORT = cgroup_support()
 needs_cgroup = pytest.mark.skipif(SUPPORT.version is None, reason=f"no writable cgroup here: {SUPPORT.note}")
 MiB = 1 << 20
