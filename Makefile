@@ -7,7 +7,7 @@ VLLM_VENV := .venv-vllm
 TINY := .cache/tiny-model
 PY := $(VENV)/bin/python
 CONFIG ?= deploy/configs/local.yaml
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=30  # the slowest tests, so a CI log shows where the time goes
 # Exact versions: each venv installs its lock file (--no-deps, so nothing unpinned slips in); `make lock`
 # re-resolves them. torch is pinned here, installed first: the CPU build lies on disk (an unpinned torch
 # drags a multi-GB CUDA build).
