@@ -34,7 +34,6 @@ class RunSchedule:
     by `rng`; `tokens[i]` is run i's secret."""
 
     def __init__(self, n_mutants: int, rng: random.Random | None = None) -> None:
-        self.n_mutants = n_mutants
         self.order = [v for v in range(n_mutants + 1) for _ in range(TWINS)]
         (rng or random.SystemRandom()).shuffle(self.order)
         self.tokens = [secrets.token_hex(16) for _ in self.order]
