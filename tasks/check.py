@@ -77,15 +77,18 @@ def check_instances(
     families: Sequence[str] | None = None,
     splits: Sequence[Split] | None = None,
     workers: int | None = None,
+    indices: Sequence[int] | None = None,
 ) -> list[InstanceCheck]:
-    """Run oracle and do-nothing on every selected instance; results in (family, index) order."""
+    """Run oracle and do-nothing on every selected instance (of `splits`, and among `indices` if given);
+    results in (family, index) order."""
     fams = list(families or tasks.families())
     for f in fams:
         tasks.get(f)  # fail fast on an unknown or missing family, before any worker starts
     jobs: list[tuple[str, list[int]]] = []
+    keep = None if indices is None else set(indices)
     for f in fams:
-        indices = sorted(i for s in (splits or SPLITS) for i in SPLIT_RANGES[s])
-        jobs += [(f, indices[k:k + CHUNK]) for k in range(0, len(indices), CHUNK)]
+        chosen = sorted(i for s in (splits or SPLITS) for i in SPLIT_RANGES[s] if keep is None or i in keep)
+        jobs += [(f, chosen[k:k + CHUNK]) for k in range(0, len(chosen), CHUNK)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if not jobs:
         return []
@@ -117,9 +120,10 @@ def run_check(
     families: Sequence[str] | None = None,
     splits: Sequence[Split] | None = None,
     workers: int | None = None,
+    indices: Sequence[int] | None = None,
 ) -> tuple[list[GroupSummary], list[InstanceCheck], float]:
     start = time.monotonic()
-    results = check_instances(families, splits, workers)
+    results = check_instances(families, splits, workers, indices)
     return summarize(results), results, time.monotonic() - start
 
 

@@ -161,6 +161,44 @@ def test_written_tests_are_scored_and_cheats_earn_nothing() -> None:
     assert result.is_error and "not allowed" in result.content
 
 
+def test_one_browser_serves_every_run_of_a_verification() -> None:
+    """The written-tests verification runs the tests 12-14 times, each a sandboxed pytest of its own, and all
+    of them drive one Chromium (sampled while it runs: one browser process, the same one throughout)."""
+    import threading
+
+    from tasks.browser_automation.verify import judge_runs, run_on_mutants
+
+    inst = _first(BA, "write_tests")
+    lab = make_lab_page(inst.payload["lab_seed"], inst.difficulty == "hard")
+    seen: list[set[int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.2):
+            seen.append({p.pid for p in _chromium_children() if _is_browser(p)})
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        run, schedule = run_on_mutants(inst, {"tests/test_lab.py": lab.oracle_tests})
+    finally:
+        done.set()
+        sampler.join()
+    assert judge_runs(run.outcomes, schedule.order)[0] == len(lab.oracle_tests.split("def test_")) - 1
+    browsers = set().union(*seen)
+    assert len(browsers) == 1 and max(len(s) for s in seen) == 1, seen
+
+
+def _is_browser(p: psutil.Process) -> bool:
+    """A browser's own process: Chromium whose parent is not Chromium (its zygotes and renderers have one; the
+    crash handler is another program)."""
+    try:
+        parent = p.parent()
+        return p.name() in ("chromium", "chrome") and parent is not None and parent.name() not in ("chromium", "chrome")
+    except psutil.Error:
+        return False  # gone while sampled
+
+
 async def _call_once(env: ShopEnvironment, name: str, args: dict) -> object:
     env.reset()
     try:

@@ -1,27 +1,26 @@
 """Run an agent's Playwright tests against a generated page with pytest, in the sandbox.
 
 Only the agent's `test_*.py` files are copied into a fresh directory next to our own `conftest.py` (an
-agent's conftest could otherwise replace the `page` fixture). pytest, the Playwright driver and Chromium run
-in `tasks.runtime.sandbox` like the shell tool: bubblewrap as an unprivileged uid, the test directory the
-only writable place, no network but the page's own server (reached through `unix_relay`: a Unix socket
-bound into the sandbox, forwarded to the server's loopback port inside it), whole-call limits on memory and
-processes, and everything the tests started is killed when the call ends.
+agent's conftest could otherwise replace the `page` fixture). pytest and its Playwright client run in
+`tasks.runtime.sandbox` like the shell tool: bubblewrap as an unprivileged uid, the test directory the only
+writable place, whole-call limits on memory and processes, and everything the tests started is killed when
+the call ends. Their only network is the way to the call's one browser (`tasks.runtime.pw_browser`: Chromium
+in a sandbox of its own whose only network is the page's server), through a gate that refuses the calls
+reaching beyond a run's own contexts (`tasks.runtime.pw_gate`).
 
 Score = passed / max(total, 5), as in the public suite; a test that never takes the `page` fixture is
 counted in the total but not as passed (so `def test_x(): assert True` earns nothing). With `tokens`, the
 files are run once per token, each run a pytest of its own in a fresh sandbox (its own copy of the files,
-its own /tmp, its own browser), whose contexts carry that token as a cookie the page's server reads
-(`tasks.shop.lab_mutants`); `TestRun.outcomes` then holds each test's pass/fail per run. Runs share
-nothing: a test in one run cannot see what another run was served.
+its own /tmp, its own browser connection and contexts), whose contexts carry that token as a cookie the
+page's server reads (`tasks.shop.lab_mutants`); `TestRun.outcomes` then holds each test's pass/fail per run.
+Runs share nothing but the browser process: a test in one run cannot see what another run was served.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
-import urllib.parse
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +28,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.runtime.browser import CHROMIUM_ARGS, chromium_path
+from tasks.runtime.pw_browser import GATE_SOCKET, NET_ROOT, SITE_ROOT, SharedBrowser, site_packages
 from tasks.runtime.sandbox import Sandbox, SandboxLimits, SandboxResult
-from tasks.runtime.unix_relay import FORWARDER, UnixRelay
+from tasks.runtime.unix_relay import FORWARDER
 
 MIN_TESTS = 5
 TIMEOUT_S = 90.0
-WORKERS = 2  # runs at a time (one browser each)
+WORKERS = 2  # runs at a time (sharing the call's one browser)
 TEST_FILE_RE = re.compile(r"^(tests/)?test_[a-z0-9_]{1,60}\.py$")
 
 CONFTEST = '''
@@ -47,8 +46,7 @@ from playwright.sync_api import sync_playwright
 @pytest.fixture(scope="session")
 def _coevo_browser():
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=os.environ["COEVO_CHROMIUM"],
-                                    args=os.environ["COEVO_CHROMIUM_ARGS"].split())
+        browser = p.chromium.connect(os.environ["COEVO_BROWSER_WS"], timeout=20000)
         yield browser
         browser.close()
 
@@ -63,13 +61,18 @@ def _coevo_same_randomness():
 
 
 _SHARED = {"ctx": None, "page": None}
+_LOADED = "window.__coevo_fixture_load === true"  # set on the document the fixture loaded
 
 
 @pytest.fixture
 def page(_coevo_browser):
     """The page under test, freshly loaded. One context and one page serve every test of the run (a new
-    renderer per test would multiply the cost); the run's token cookie is set again before each test."""
+    renderer per test would multiply the cost); the run's token cookie is set again before each test. A page
+    an earlier test navigated again is replaced (its navigation may still be landing)."""
+    url = os.environ["PAGE_URL"]
     pg = _SHARED["page"]
+    if pg is not None and not pg.is_closed() and not _still_ours(pg, url):
+        pg.close()
     if pg is None or pg.is_closed():
         try:
             pg = _SHARED["ctx"].new_page()
@@ -81,10 +84,23 @@ def page(_coevo_browser):
     ctx.clear_cookies()
     token = os.environ.get("COEVO_TOKEN", "")
     if token:
-        ctx.add_cookies([{"name": "coevo_run", "value": token, "url": os.environ["PAGE_URL"]}])
+        ctx.add_cookies([{"name": "coevo_run", "value": token, "url": url}])
     pg.set_default_timeout(4000)
-    pg.goto(os.environ["PAGE_URL"])
-    return pg
+    for attempt in range(3):
+        try:
+            pg.goto(url)
+            pg.evaluate("window.__coevo_fixture_load = true")
+            return pg
+        except Exception as e:  # an earlier test's navigation landed over ours: load again
+            if "interrupted by another navigation" not in str(e) or attempt == 2:
+                raise
+
+
+def _still_ours(pg, url):
+    try:
+        return pg.url == url and pg.evaluate(_LOADED)
+    except Exception:  # a navigation is landing, or the page is gone
+        return False
 
 
 def pytest_collection_modifyitems(items):
@@ -119,49 +135,42 @@ class TestRun(BaseModel):
         return "\n".join(lines)
 
 
-# The tests' whole call: Chromium reserves terabytes of address space and runs a hundred threads, so the
-# per-process address-space cap is lifted and the call's cgroup (memory, tasks) is what holds it.
-PW_LIMITS = SandboxLimits(wall_s=TIMEOUT_S, cpu_s=120, memory_bytes=1 << 46, call_memory_bytes=2 << 30,
-                          max_procs=512, tmp_bytes=512 << 20, max_output_chars=16_000)
-SITE_ROOT = "/coevo-site"  # the test runner's packages (pytest, playwright), read-only
-NET_ROOT = "/coevo-net"  # the relay's socket
+# The tests' whole call (the browser runs in a sandbox of its own): pytest, the Playwright client and its node
+# driver reserve gigabytes of address space, so the call's cgroup (memory, tasks) is what holds it.
+PW_LIMITS = SandboxLimits(wall_s=TIMEOUT_S, cpu_s=120, memory_bytes=1 << 46, call_memory_bytes=1 << 30,
+                          max_procs=256, tmp_bytes=256 << 20, max_output_chars=16_000)
 
 
 def run_tests(test_files: dict[str, str], page_url: str, *, timeout_s: float = TIMEOUT_S,
               tokens: Sequence[str] = ()) -> TestRun:
     """Run the given {name: source} test files against `page_url` in the sandbox: once, or once per token in
-    `tokens` (a fresh sandboxed pytest each, `WORKERS` at a time), merged into per-test outcomes."""
+    `tokens` (a fresh sandboxed pytest each, `WORKERS` at a time, one browser for all), merged into per-test
+    outcomes."""
     if not test_files:
         return TestRun(error="no test files (write tests/test_<name>.py)")
-    if not tokens:
-        return _run_once(test_files, page_url, timeout_s, "")
-    with ThreadPoolExecutor(WORKERS) as pool:
-        runs = list(pool.map(lambda t: _run_once(test_files, page_url, timeout_s, t), tokens))
-    return _merge(runs)
+    with SharedBrowser(page_url) as browser:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            runs = list(pool.map(lambda t: _run_once(test_files, browser, page_url, timeout_s, t), tokens or [""]))
+    if browser.failure:  # nothing could run
+        return TestRun(error=browser.failure)
+    return runs[0] if not tokens else _merge(runs)
 
 
-def _run_once(test_files: dict[str, str], page_url: str, timeout_s: float, token: str) -> TestRun:
+def _run_once(test_files: dict[str, str], browser: SharedBrowser, page_url: str, timeout_s: float,
+              token: str) -> TestRun:
     work = Path(tempfile.mkdtemp(prefix="coevo-pwtest-"))
-    net = Path(tempfile.mkdtemp(prefix="coevo-pwnet-"))
-    url = urllib.parse.urlsplit(page_url)
-    relay = None
     try:
         work.chmod(0o755)
-        net.chmod(0o755)
         for name, text in test_files.items():
             (work / Path(name).name).write_text(text)
         (work / "conftest.py").write_text(CONFTEST)
         (work / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-        relay = UnixRelay(net / "shop.sock", url.hostname or "127.0.0.1", url.port or 80)
-        result = _sandboxed_pytest(work, net, page_url, url.port or 80, token, timeout_s)
+        result = _sandboxed_pytest(work, browser.net_dir, page_url, token, timeout_s)
         if result.timed_out:
             return TestRun(error=f"the tests did not finish within {timeout_s:.0f} s and were killed")
         return _parse(work, result.output)
     finally:
-        if relay is not None:
-            relay.close()
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(net, ignore_errors=True)
 
 
 def _merge(runs: list[TestRun]) -> TestRun:
@@ -177,32 +186,19 @@ def _merge(runs: list[TestRun]) -> TestRun:
                    outcomes=outcomes)
 
 
-def _site_packages() -> Path:
-    import playwright  # the runner's own packages, bound read-only into the sandbox
-
-    return Path(playwright.__file__).resolve().parent.parent
-
-
-def _chromium() -> str:
-    """The browser binary itself (the /usr/bin launcher script reads /etc, which the sandbox lacks)."""
-    real = Path("/usr/lib/chromium/chromium")
-    return str(real) if real.exists() and not os.environ.get("COEVO_CHROMIUM") else chromium_path()
-
-
-def _sandboxed_pytest(work: Path, net: Path, page_url: str, port: int, token: str,
-                      timeout_s: float) -> SandboxResult:
-    sandbox = Sandbox(work, PW_LIMITS, ro_binds={SITE_ROOT: _site_packages(), NET_ROOT: net})
+def _sandboxed_pytest(work: Path, net: Path, page_url: str, token: str, timeout_s: float) -> SandboxResult:
+    sandbox = Sandbox(work, PW_LIMITS, ro_binds={SITE_ROOT: site_packages(), NET_ROOT: net})
     bwrap = sandbox.backend == "bwrap"
     root = sandbox.root
-    env = {"PAGE_URL": page_url, "COEVO_CHROMIUM": _chromium(), "COEVO_CHROMIUM_ARGS": " ".join(CHROMIUM_ARGS),
-           "COEVO_NOPAGE_FILE": f"{root}/nopage.txt", "COEVO_TOKEN": token, "PYTHONDONTWRITEBYTECODE": "1",
+    env = {"PAGE_URL": page_url, "COEVO_NOPAGE_FILE": f"{root}/nopage.txt", "COEVO_TOKEN": token,
+           "PYTHONDONTWRITEBYTECODE": "1",
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # our conftest needs no plugin; autoloading costs 0.4 s a run
     args = ["-q", "-p", "no:asyncio", "-c", f"{root}/pytest.ini", "--rootdir", root, "--junitxml",
             f"{root}/report.xml", root]
-    site = SITE_ROOT if bwrap else str(_site_packages())
-    sock = f"{NET_ROOT}/shop.sock" if bwrap else str(net / "shop.sock")
+    site = SITE_ROOT if bwrap else str(site_packages())
+    sock = f"{NET_ROOT}/{GATE_SOCKET}" if bwrap else str(net / GATE_SOCKET)
     boot = (f"import os, sys\nsys.path.insert(0, {site!r})\nos.environ.update({env!r})\n" + FORWARDER
-            + (f"_coevo_forward({port}, {sock!r})\n" if bwrap else "")
+            + f"os.environ['COEVO_BROWSER_WS'] = 'ws://127.0.0.1:%d/' % _coevo_forward(0, {sock!r})\n"
             + f"import pytest\ncode = pytest.main({args!r})\nsys.stdout.flush()\nos._exit(int(code))\n")
     return sandbox.python(boot, wall_s=timeout_s)
 

@@ -33,6 +33,7 @@ def _coevo_pipe(a, b):
 
 
 def _coevo_forward(port, path):
+    """Forward 127.0.0.1:port (0: any free port) to the Unix socket `path`; returns the port."""
     listener = _socket.socket()
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -51,6 +52,7 @@ def _coevo_forward(port, path):
             _threading.Thread(target=_coevo_pipe, args=(up, conn), daemon=True).start()
 
     _threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1]
 '''
 
 
