@@ -189,6 +189,28 @@ def test_one_browser_serves_every_run_of_a_verification() -> None:
     assert len(browsers) == 1 and max(len(s) for s in seen) == 1, seen
 
 
+def test_written_tests_run_under_the_rlimit_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where bwrap cannot start, the sandbox falls back to rlimits (and `unshare --net` where allowed, whose
+    loopback starts down: the forwarders bring it up). The written tests run there too."""
+    from tasks.runtime.pw_tests import run_tests
+    from tasks.runtime.sandbox import sandbox_backend
+    from tasks.shop.server import ShopServer
+
+    lab = make_lab_page(3, False)
+    server = ShopServer(LabApp(lab))
+    server.start()
+    monkeypatch.setenv("COEVO_SANDBOX", "rlimit")
+    sandbox_backend.cache_clear()
+    try:
+        assert sandbox_backend() == "rlimit"
+        run = run_tests({"test_lab.py": lab.oracle_tests}, server.origin + "/lab")
+    finally:
+        server.stop()
+        monkeypatch.delenv("COEVO_SANDBOX")
+        sandbox_backend.cache_clear()
+    assert not run.error and run.total == run.passed == len(lab.behaviours), run.summary()
+
+
 def _is_browser(p: psutil.Process) -> bool:
     """A browser's own process: Chromium whose parent is not Chromium (its zygotes and renderers have one; the
     crash handler is another program)."""

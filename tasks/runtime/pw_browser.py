@@ -38,10 +38,11 @@ BROWSER_LIMITS = SandboxLimits(wall_s=900, cpu_s=600, memory_bytes=1 << 46, call
 _SERVE = '''
 import json, os, subprocess
 cfg = {"executablePath": _COEVO["chromium"], "args": _COEVO["args"], "host": "127.0.0.1", "port": 0}
-with open("/tmp/launch.json", "w") as f:
+with open(_COEVO["root"] + "/launch.json", "w") as f:
     json.dump(cfg, f)
 proc = subprocess.Popen([_COEVO["node"], _COEVO["cli"], "launch-server", "--browser", "chromium", "--config",
-                         "/tmp/launch.json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         _COEVO["root"] + "/launch.json"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 endpoint = proc.stdout.readline().strip()
 if not endpoint.startswith("ws://"):
     print("the browser server did not start:", endpoint, proc.stdout.read()[-2000:], flush=True)
@@ -146,8 +147,10 @@ class SharedBrowser:
         conf = {"chromium": chromium_binary(), "args": list(CHROMIUM_ARGS), "root": sandbox.root,
                 "node": f"{site}/playwright/driver/node", "cli": f"{site}/playwright/driver/package/cli.js"}
         sock = f"{NET_ROOT}/shop.sock" if bwrap else str(self._shop_net / "shop.sock")
-        boot = (f"import socket as _socket, threading as _threading\n_COEVO = {conf!r}\n" + FORWARDER
-                + (f"_coevo_forward({self.port}, {sock!r})\n" if bwrap else "") + _SERVE)
+        boot = (f"_COEVO = {conf!r}\n" + FORWARDER
+                + f"try:\n    _coevo_forward({self.port}, {sock!r})\n"
+                + "except OSError:  # the host's own network (rlimit backend, no namespace): the server is there\n"
+                + "    pass\n" + _SERVE)
         self._result = sandbox.python(boot, wall_s=BROWSER_LIMITS.wall_s)
 
     def _wait_for_endpoint(self) -> str:

@@ -32,8 +32,24 @@ def _coevo_pipe(a, b):
                 pass
 
 
+def _coevo_loopback_up():
+    """Bring `lo` up where the sandbox's network namespace left it down (the rlimit backend's `unshare --net`;
+    bwrap brings it up itself). Without the right to, nothing changes."""
+    import fcntl, struct
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0)))[1]  # SIOCGIFFLAGS
+        if not flags & 1:
+            fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
 def _coevo_forward(port, path):
     """Forward 127.0.0.1:port (0: any free port) to the Unix socket `path`; returns the port."""
+    _coevo_loopback_up()
     listener = _socket.socket()
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
