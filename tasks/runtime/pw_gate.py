@@ -40,16 +40,17 @@ REFUSED = frozenset({
 MAX_MESSAGE_BYTES = 64 << 20  # screenshots travel base64-encoded in one message
 
 
-def refusal(message: str | bytes) -> str | None:
-    """The error reply to a client message that calls a refused method, else None."""
+def screen(message: str | bytes) -> tuple[bool, str | None]:
+    """(forward it?, the error reply to send back) for one client message. A call of a refused method gets an
+    error reply; a message the gate cannot read is dropped (the server could not read it either)."""
     try:
         msg = json.loads(message)
-    except ValueError:
-        return None
+    except (ValueError, RecursionError):
+        return False, None
     if not isinstance(msg, dict) or msg.get("method") not in REFUSED:
-        return None
+        return True, None
     text = f"{msg['method']} is not available to the verifier's test runs"
-    return json.dumps({"id": msg.get("id"), "error": {"error": {"message": text, "name": "Error", "stack": ""}}})
+    return False, json.dumps({"id": msg.get("id"), "error": {"error": {"message": text, "name": "Error", "stack": ""}}})
 
 
 class PlaywrightGate:
@@ -92,12 +93,13 @@ class PlaywrightGate:
             log.info("a test run's browser connection ended: %s", e)
 
     async def _pump_up(self, client: ServerConnection, server: ClientConnection) -> None:
-        async for message in client:
-            reply = refusal(message)
-            if reply is None:
-                await server.send(message)
-            else:
-                await client.send(reply)
+        with contextlib.suppress(ConnectionClosed):
+            async for message in client:
+                forward, reply = screen(message)
+                if forward:
+                    await server.send(message)
+                elif reply is not None:
+                    await client.send(reply)
 
     def close(self) -> None:
         if self._stop is not None:

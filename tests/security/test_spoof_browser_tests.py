@@ -258,12 +258,13 @@ def test_runs_sharing_the_browser_see_only_their_own_contexts() -> None:
 
 def test_the_gate_refuses_real_protocol_methods_and_passes_the_rest() -> None:
     """Every refused name is a command of the installed Playwright's protocol (a renamed command would slip
-    through), and of no interface a test needs; a refused call gets an error reply with its id."""
+    through), and of no interface a test needs; a refused call gets an error reply with its id; a message the
+    gate cannot read is dropped."""
     import json
 
     from playwright._impl._protocol import COMMANDS
 
-    from tasks.runtime.pw_gate import REFUSED, refusal
+    from tasks.runtime.pw_gate import REFUSED, screen
 
     owners = {name: {i for i, cmds in COMMANDS.items() if name in cmds} for name in REFUSED}
     assert all(owners.values()), {n for n, o in owners.items() if not o}
@@ -273,10 +274,11 @@ def test_the_gate_refuses_real_protocol_methods_and_passes_the_rest() -> None:
                           "stopServer", "killForTests", "newContextForReuse", "disconnectFromReusedContext",
                           "pause", "showRecorder", "startRecording", "stopRecording", "createTempFiles"}, clash
     for method in ("newContext", "newPage", "goto", "click", "fill", "evaluateExpression", "addCookies", "close"):
-        assert refusal(json.dumps({"id": 7, "guid": "x@1", "method": method, "params": {}})) is None
-    reply = json.loads(refusal(json.dumps({"id": 7, "guid": "browser@1", "method": "newBrowserCDPSession"})) or "{}")
-    assert reply["id"] == 7 and "not available" in reply["error"]["error"]["message"]
-    assert refusal("not json") is None and refusal("[1]") is None
+        assert screen(json.dumps({"id": 7, "guid": "x@1", "method": method, "params": {}})) == (True, None)
+    forward, reply = screen(json.dumps({"id": 7, "guid": "browser@1", "method": "newBrowserCDPSession"}).encode())
+    assert not forward and json.loads(reply or "{}")["id"] == 7 and "not available" in (reply or "")
+    # what the gate cannot read goes nowhere (fail closed): not JSON, nested past Python's recursion limit
+    assert screen("not json") == (False, None) and screen("[" * 100_000 + "]" * 100_000) == (False, None)
 
 
 @pytest.fixture(autouse=True, scope="module")
