@@ -24,7 +24,7 @@ import ray
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 import tasks
 from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
@@ -73,7 +73,8 @@ class EvolveSettings(BaseModel):
     tool_choice: ToolChoice | None = None
     actors: int = Field(default=2, ge=1)
     concurrency_per_server: int = Field(default=8, ge=1)
-    family_limits: dict[str, int] | None = Field(default=None, description="The pool's family_limits (null: none).")
+    family_limits: dict[str, PositiveInt] | None = Field(default=None,
+                                                         description="The pool's family_limits (null: none).")
     transfer: TransferSettings | None = None
 
     def identity(self) -> dict[str, Any]:
