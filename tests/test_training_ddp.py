@@ -25,7 +25,11 @@ from training.lora import SUMMARY_FILE, TrainSummary
 REPO = Path(__file__).resolve().parent.parent
 ACCELERATE = Path(sys.executable).with_name("accelerate")
 LOSS_ATOL = 1e-4  # nats per token; measured difference ~1e-6 (2026-12-01)
-ADAPTER_ATOL = 1e-4
+# Adam moves an element by ~lr wherever its gradient is near zero, whatever the gradient's size, so float
+# summation order alone can move such an element by up to a step (3e-3 here; 1.4e-4 seen on CI, 2026-12-02, against
+# an older bound of 1e-4). Each element must stay within one step, each tensor within 0.1% of its norm.
+ADAPTER_ATOL = 3e-3
+ADAPTER_RTOL_NORM = 1e-3
 STEPS = 6
 
 
@@ -79,4 +83,6 @@ def test_ddp_on_two_cpu_processes_tracks_one_process(dataset: Path, tiny_model_d
     a1, a2 = (load_file(str(d / "seed-0" / "adapter_model.safetensors")) for d in (one, two))
     assert set(a1) == set(a2) and a1
     for k in a1:
-        assert torch.allclose(a1[k], a2[k], atol=ADAPTER_ATOL), (k, (a1[k] - a2[k]).abs().max().item())
+        diff = a1[k] - a2[k]
+        assert torch.allclose(a1[k], a2[k], rtol=0, atol=ADAPTER_ATOL), (k, diff.abs().max().item())
+        assert diff.norm() <= ADAPTER_RTOL_NORM * a1[k].norm(), (k, (diff.norm() / a1[k].norm()).item())
