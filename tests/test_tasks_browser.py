@@ -216,7 +216,8 @@ def _is_browser(p: psutil.Process) -> bool:
     crash handler is another program)."""
     try:
         parent = p.parent()
-        return p.name() in ("chromium", "chrome") and parent is not None and parent.name() not in ("chromium", "chrome")
+        chromium = ("chromium", "chrome")
+        return p.name() in chromium and parent is not None and parent.name() not in chromium
     except psutil.Error:
         return False  # gone while sampled
 

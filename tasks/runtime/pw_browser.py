@@ -11,6 +11,7 @@ disconnects, so runs sharing the browser see nothing of each other.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -51,25 +52,15 @@ port = int(endpoint.split(":")[2].split("/")[0])
 listener = _socket.socket(_socket.AF_UNIX)
 listener.bind(_COEVO["root"] + "/server.sock")
 os.chmod(_COEVO["root"] + "/server.sock", 0o600)
-listener.listen(64)
-
-
-def _serve_unix():
-    while True:
-        conn, _ = listener.accept()
-        up = _socket.create_connection(("127.0.0.1", port))
-        _threading.Thread(target=_coevo_pipe, args=(conn, up), daemon=True).start()
-        _threading.Thread(target=_coevo_pipe, args=(up, conn), daemon=True).start()
-
-
-_threading.Thread(target=_serve_unix, daemon=True).start()
+_coevo_relay(listener, lambda: _socket.create_connection(("127.0.0.1", port)))
 with open(_COEVO["root"] + "/endpoint.tmp", "w") as f:
     f.write(endpoint)
 os.rename(_COEVO["root"] + "/endpoint.tmp", _COEVO["root"] + "/endpoint")
 import time
 while proc.poll() is None and not os.path.exists(_COEVO["root"] + "/stop"):
     time.sleep(0.05)
-print("browser server exited with", proc.poll(), flush=True) if proc.poll() is not None else None
+if proc.poll() is not None:
+    print("browser server exited with", proc.poll(), flush=True)
 proc.kill()
 os._exit(0)
 '''
@@ -83,8 +74,6 @@ def site_packages() -> Path:
 
 def chromium_binary() -> str:
     """The browser binary itself (the /usr/bin launcher script reads /etc, which the sandbox lacks)."""
-    import os
-
     real = Path("/usr/lib/chromium/chromium")
     return str(real) if real.exists() and not os.environ.get("COEVO_CHROMIUM") else chromium_path()
 

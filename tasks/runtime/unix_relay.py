@@ -53,14 +53,26 @@ def _coevo_forward(port, path):
     listener = _socket.socket()
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
+
+    def connect():
+        up = _socket.socket(_socket.AF_UNIX)
+        up.connect(path)
+        return up
+
+    _coevo_relay(listener, connect)
+    return listener.getsockname()[1]
+
+
+def _coevo_relay(listener, connect):
+    """Accept on the bound `listener` (in a thread) and pipe each client to `connect()`; a client whose
+    connection cannot be made is closed."""
     listener.listen(64)
 
     def serve():
         while True:
             conn, _ = listener.accept()
-            up = _socket.socket(_socket.AF_UNIX)
             try:
-                up.connect(path)
+                up = connect()
             except OSError:
                 conn.close()
                 continue
@@ -68,7 +80,6 @@ def _coevo_forward(port, path):
             _threading.Thread(target=_coevo_pipe, args=(up, conn), daemon=True).start()
 
     _threading.Thread(target=serve, daemon=True).start()
-    return listener.getsockname()[1]
 '''
 
 
