@@ -15,6 +15,9 @@
    anomaly_detection) under their baseline harnesses with `tool_choice: required`: the model picks any of
    the family's tools with schema-valid arguments, the environment really runs them (errors included), so
    environment time and varied tool results are part of the measurement.
+   `--student micro --workload realistic`: the same with the committed micro student M0 (deploy/micro) on the
+   three families it was trained on (code_refactor, payroll_audit, anomaly_detection), `tool_choice: auto`
+   (it writes its own calls, as in a round), T=0.7: multi-turn episodes that a real student ends itself.
    `--transport auto|litellm`: the client path inside the pool (agents/vllm_http.py's lean httpx path for
    hosted_vllm, the default, or LiteLLM); run both against one server (`--api-base`) to compare.
 4. Prints generated tokens/s of both and their ratio per repeat and the median (target >= 0.8), and the
@@ -36,7 +39,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -46,10 +49,28 @@ import httpx  # noqa: E402
 
 from results_io import machine  # noqa: E402  (benchmarks/ is sys.path[0] when a script here runs)
 
-SERVED = "tiny"
 REALISTIC_FAMILIES = ("stock_alert", "payroll_audit", "budget_approval", "anomaly_detection")
 # Sampled, not greedy: greedy decoding makes the random tiny model loop on one token until max_tokens.
 TEMPERATURE = 1.0
+
+
+class Student(NamedTuple):
+    """The served model: the random tiny model (built on demand) or the committed micro student M0."""
+
+    served: str
+    weights: Path
+    families: tuple[str, ...]   # the realistic workload's families
+    temperature: float
+    max_model_len: int
+
+
+STUDENTS = {
+    "tiny": Student("tiny", REPO / ".cache" / "tiny-model", REALISTIC_FAMILIES, TEMPERATURE, 8192),
+    # M0 writes its own calls (tool_choice auto, no guided decoding), at the round's sampling temperature, on the
+    # three families it was trained on; its trajectories run 3k-11k tokens
+    "micro": Student("micro", REPO / "deploy" / "micro", ("code_refactor", "payroll_audit", "anomaly_detection"),
+                     0.7, 16384),
+}
 
 
 def parse_cpus(spec: str) -> set[int]:
@@ -75,17 +96,17 @@ def split_cpus(server_spec: str | None, shared: bool) -> tuple[set[int], set[int
     return server, client
 
 
-def start_server(max_model_len: int, cpus: set[int]) -> tuple[Any, Path]:
+def start_server(student: Student, max_model_len: int, cpus: set[int]) -> tuple[Any, Path]:
     from deploy.tiny_model import build_tiny_model, is_built
     from deploy.vllm_server import ServeSpec, free_port, start_server
 
-    model_dir = REPO / ".cache" / "tiny-model"
-    if not is_built(model_dir):
+    model_dir = student.weights
+    if student.served == "tiny" and not is_built(model_dir):
         build_tiny_model(model_dir)
     state = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (read by ServeSpec.environment)
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))  # the engine's compute threads
-    spec = ServeSpec(model=str(model_dir), name=SERVED, port=free_port(), enable_lora=False,
+    spec = ServeSpec(model=str(model_dir), name=student.served, port=free_port(), enable_lora=False,
                      max_model_len=max_model_len, cpu_kvcache_gib=1)
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)  # the server's processes inherit it (front end and engine included)
@@ -101,7 +122,7 @@ def reset_prefix_cache(api_base: str) -> bool:
     return r.status_code == 200
 
 
-def requests_of(trajectories: list[Any], role: Any, tool_choice: Any) -> list[dict[str, Any]]:
+def requests_of(trajectories: list[Any], role: Any, tool_choice: Any, served: str) -> list[dict[str, Any]]:
     """The chat requests the rollouts made (the conversation before each assistant message), turn by turn."""
     from agents.client import ModelClient
 
@@ -115,7 +136,7 @@ def requests_of(trajectories: list[Any], role: Any, tool_choice: Any) -> list[di
             # the same body the rollout's client built (strict tools, per-turn seed episode*1000+turn)
             kw = client.request_kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
                                        role.max_tokens)
-            body = {"model": SERVED, "messages": kw["messages"], "max_tokens": kw["max_tokens"], "seed": kw["seed"],
+            body = {"model": served, "messages": kw["messages"], "max_tokens": kw["max_tokens"], "seed": kw["seed"],
                     "temperature": kw["temperature"], "top_p": kw["top_p"], **kw.get("extra_body", {})}
             if "tools" in kw:
                 body |= {"tools": kw["tools"], "tool_choice": kw["tool_choice"]}
@@ -160,18 +181,27 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64, help="generated tokens per turn")
     ap.add_argument("--repeats", type=int, default=3, help="pool/direct pairs; the median ratio is reported")
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--api-base", default=None, help="use a running server (serving 'tiny') instead of starting one")
+    ap.add_argument("--max-model-len", type=int, default=None, help="default: 8192 (tiny), 16384 (micro)")
+    ap.add_argument("--api-base", default=None, help="use a running server (serving --student's name) instead of "
+                                                     "starting one")
+    ap.add_argument("--student", choices=sorted(STUDENTS), default="tiny",
+                    help="tiny: the random tiny model; micro: the committed micro student M0 (deploy/micro), which "
+                         "writes its own calls (realistic workload: its 3 families, tool_choice auto, T=0.7)")
     ap.add_argument("--server-cpus", default=None,
                     help="CPUs for the server, e.g. '0' or '0-3' (default: the first half); the pool, Ray and the "
                          "direct client run on the others")
     ap.add_argument("--shared-cpus", action="store_true",
                     help="no pinning: server, pool and direct client share every CPU")
     ap.add_argument("--workload", choices=("forced", "realistic"), default="forced",
-                    help="forced: one argument-free tool every turn; realistic: four families, any tool (required)")
+                    help="forced: one argument-free tool every turn; realistic: several families, any tool (required "
+                         "for tiny, auto for micro)")
     ap.add_argument("--transport", choices=("auto", "litellm"), default="auto",
                     help="the model client's path for hosted_vllm inside the pool (auto = lean httpx)")
     args = ap.parse_args()
+    student = STUDENTS[args.student]
+    if args.student == "micro" and args.workload != "realistic":
+        ap.error("--student micro runs the realistic workload only (add --workload realistic)")
+    max_model_len = args.max_model_len or student.max_model_len
     os.environ["COEVO_MODEL_TRANSPORT"] = args.transport  # before Ray starts: the actors inherit it
     server_cpus, client_cpus = split_cpus(args.server_cpus, args.shared_cpus)
 
@@ -189,19 +219,19 @@ def main() -> None:
         api_base = args.api_base
     else:
         t0 = time.perf_counter()
-        handle, state = start_server(args.max_model_len, server_cpus)
+        handle, state = start_server(student, max_model_len, server_cpus)
         api_base = handle.api_base
         print(f"vLLM CPU server ready at {api_base} in {time.perf_counter() - t0:.0f} s")
     os.sched_setaffinity(0, client_cpus)  # Ray (and so the actors) inherit it
     print(f"CPUs: server {sorted(server_cpus) if not args.api_base else 'as started'}, "
           f"pool + direct client {sorted(client_cpus)}" + (" (shared)" if server_cpus == client_cpus else ""))
     try:
-        families = REALISTIC_FAMILIES if args.workload == "realistic" else (args.family,)
+        families = student.families if args.workload == "realistic" else (args.family,)
         per_family = [tasks.instances(f, "test") for f in families]
         insts = [xs[i] for i in range(min(map(len, per_family))) for xs in per_family]  # interleaved
-        role = ModelRole(model=f"hosted_vllm/{SERVED}", api_base=api_base, max_tokens=args.max_tokens, retries=0,
-                         temperature=TEMPERATURE, strict_tools=True)
-        tool_choice: Any = ("required" if args.workload == "realistic"
+        role = ModelRole(model=f"hosted_vllm/{student.served}", api_base=api_base, max_tokens=args.max_tokens,
+                         retries=0, temperature=student.temperature, strict_tools=args.student == "tiny")
+        tool_choice: Any = ("auto" if args.student == "micro" else "required" if args.workload == "realistic"
                             else {"type": "function", "function": {"name": args.tool}})
         limits = Limits(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
 
@@ -218,7 +248,8 @@ def main() -> None:
             actors = [a.handle for a in pool.actor_loads()]
             ray.get([a.ping.remote() for a in actors])
             pool.run(jobs_for(99, "warmup")[: args.concurrency])  # imports, LiteLLM set-up: not what we measure
-            warm_bodies = requests_of(pool.run(jobs_for(98, "warmup")[: args.concurrency]), role, tool_choice)
+            warm_bodies = requests_of(pool.run(jobs_for(98, "warmup")[: args.concurrency]), role, tool_choice,
+                                      student.served)
             asyncio.run(send_direct(api_base, warm_bodies, args.concurrency))
             for rep in range(args.repeats):
                 reset_prefix_cache(api_base)
@@ -228,7 +259,7 @@ def main() -> None:
                 pool_wall = time.perf_counter() - t0
                 pool_cpu = time.process_time() + sum(ray.get([a.cpu_seconds.remote() for a in actors])) - cpu0
                 timings = [pool.timings[t.id] for t in trajs]
-                bodies = requests_of(trajs, role, tool_choice)
+                bodies = requests_of(trajs, role, tool_choice, student.served)
                 reset_prefix_cache(api_base)
                 d_tokens, d_wall, d_errors, d_cpu = asyncio.run(send_direct(api_base, bodies, args.concurrency))
                 turns = sum(len(t.turns) for t in trajs)
@@ -261,7 +292,7 @@ def main() -> None:
         all_overhead = [x for r in rows for x in r["overhead_ms"]]
         report = {
             "rollouts": args.rollouts, "repeats": args.repeats, "concurrency": args.concurrency, "actors": args.actors,
-            "family": args.family, "tool": args.tool, "workload": args.workload, "transport": args.transport, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
+            "student": args.student, "family": args.family, "tool": args.tool, "workload": args.workload, "transport": args.transport, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
             "prefix_cache_reset": can_reset, "server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), "ratios": [round(x, 3) for x in ratios],
             "ratio_median": round(statistics.median(ratios), 3),
             "pool_tokens_per_s": [round(r["pool_tps"], 1) for r in rows],
@@ -282,7 +313,7 @@ def main() -> None:
         print(f"client CPU: pool {report['pool_cpu_ms_per_turn']} ms per turn (driver + actors), "
               f"direct {report['direct_cpu_ms_per_request']} ms per request")
         print(json.dumps(report))
-        out = REPO / "benchmarks" / "results" / f"rollout_throughput-{time.strftime('%Y-%m-%d')}-{args.workload}-{args.transport}{'-shared' if args.shared_cpus else ''}.json"
+        out = REPO / "benchmarks" / "results" / f"rollout_throughput-{time.strftime('%Y-%m-%d')}-{args.workload}-{args.transport}{'-shared' if args.shared_cpus else ''}{'-micro' if args.student == 'micro' else ''}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({**report, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
                                    "raw": rows}, indent=1))
