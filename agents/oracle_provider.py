@@ -10,9 +10,14 @@ Instructions need not be unique within a family (templated tasks repeat them), s
 instance passes its id as `extra_body={"instance_id": ...}` (the rollout runtime does); the instruction match
 is the fallback for callers that only have the conversation.
 
-Limit, by design: a call that a harness hook blocked never reached the real environment but is replayed
-here; the oracle acts from the state it then sees (it is state-based, so it still solves the task where
-that is possible).
+Inside a rollout of this process the oracle replays nothing: the rollout shares its environment
+(agents/shared_env.py, the `env_key` in `extra_body`) and the oracle plans from that environment's state and
+`steps`, the calls it really executed (a call a harness hook blocked, a helper or a malformed call is not
+among them; a composite call is there as the environment calls it expanded into).
+
+Limit of the replay path (no shared environment): a call that a harness hook blocked never reached the real
+environment but is replayed here; the oracle acts from the state it then sees (it is state-based, so it still
+solves the task where that is possible).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import litellm
 from litellm import CustomLLM
 
 import tasks
+from agents import shared_env
 from agents.records import parse_tool_calls
 from tasks.base import Environment
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
@@ -135,9 +141,13 @@ class OracleLLM(CustomLLM):
         self.cache = LiveEnvCache(max_live_envs)
         atexit.register(self.cache.close)
 
-    async def next_action(self, family: str, messages: list[dict[str, Any]], instance_id: str | None) -> ToolCall | FinalAnswer:
+    async def next_action(self, family: str, messages: list[dict[str, Any]], instance_id: str | None,
+                          env_key: object = None) -> ToolCall | FinalAnswer:
         inst = resolve_instance(family, messages, instance_id)
         fam = tasks.get(family)
+        shared = shared_env.lookup(env_key, inst.id)
+        if shared is not None:  # the rollout's own environment, in this process: nothing to replay
+            return fam.oracle_action(shared, list(shared.steps))
         calls = tool_calls_in(messages)
         live = self.cache.take(inst.id, calls)
         if live is None:
@@ -159,7 +169,7 @@ class OracleLLM(CustomLLM):
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
         family = model.split("/", 1)[-1]
         extra = (kwargs.get("optional_params") or {}).get("extra_body") or {}
-        action = await self.next_action(family, messages, extra.get("instance_id"))
+        action = await self.next_action(family, messages, extra.get("instance_id"), extra.get("env_key"))
         if isinstance(action, FinalAnswer):
             message: dict[str, Any] = {"role": "assistant", "content": action.text}
             finish = "stop"

@@ -18,6 +18,8 @@ Contract (what callers rely on):
   tool the model was not shown) are answered with an error tool message and counted per turn; they end
   nothing unless a hook says so. Calls past `Limits.max_tool_calls_per_turn` in one reply are not run: each
   is answered with one message naming the cap (`over_cap_message`), and the episode goes on.
+- The environment is shared with our own in-process providers while the episode runs
+  (agents/shared_env.py): `oracle/<family>` reads its state there instead of replaying the calls on a copy.
 - Composite tools of the harness (harness/composite.py): a call is recorded as the model made it, with a
   `tool:<name>` trigger (kind `composite_tool`); its environment calls run in order and their results are
   joined into the one tool message (agents/composite_call.py); a call that does not expand is an error
@@ -40,6 +42,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from agents import shared_env
 from agents.client import ModelCallError, ModelClient, ModelResponse
 from agents.composite_call import call_composite
 from agents.episode import EpisodeState
@@ -85,6 +88,7 @@ class _Runner:
         self.summarizers = summarizers
         self.tools_openai = rendered.openai_tools() or None
         self.s = EpisodeState()
+        self.env_key = ""  # set by run_episode while the environment is shared (agents/shared_env.py)
 
     def _turn_seed(self, turn: int) -> int | None:
         """A seed per turn, derived from the episode seed: reproducible, yet turns do not all replay one draw."""
@@ -138,7 +142,8 @@ class _Runner:
         try:
             return await self.client.complete(view, self.tools_openai, tool_choice=self.tool_choice,
                                               seed=self._turn_seed(turn), max_tokens=self.limits.max_tokens_per_turn,
-                                              context={"instance_id": self.env.instance.id})
+                                              context={"instance_id": self.env.instance.id,
+                                                       "env_key": self.env_key})
         except ModelCallError as e:
             self.s.pending_triggers = triggers
             raise _Stop(e.kind, str(e)) from None
@@ -357,7 +362,8 @@ async def run_episode(
     try:
         rendered = render(harness, env.tools())
         runner = _Runner(client, harness, env, rendered, seed, limits, tool_choice, summarizers or {}, seed_requests)
-        stop_reason = await asyncio.wait_for(_body(runner, prefix), timeout=limits.wall_s)
+        with shared_env.share(env) as runner.env_key:
+            stop_reason = await asyncio.wait_for(_body(runner, prefix), timeout=limits.wall_s)
     except _Stop as s:
         stop_reason, error = s.reason, s.error
     except ReplayDivergence as e:

@@ -7,8 +7,9 @@ Each rollout is `agents.rollout.run_episode` with the `oracle/<family>` model un
 real environment (shop server + headless Chromium), one after the other in this process, exactly as a
 rollout actor runs one episode. Timed per rollout: the whole thing (make_env + run_episode + close), and the
 parts: environment setup (make_env; reset runs inside run_episode and is counted with the env's tool calls
-below), tool calls in the rollout's environment, the oracle's "model" calls (they replay each new tool call on
-the oracle's own copy of the environment, which has its own browser), verify, and close. The first rollout of
+below), tool calls in the rollout's environment, the oracle's "model" calls (they read the rollout's own
+environment, agents/shared_env.py; a checkout before 2026-12-02 replays each new tool call on the oracle's own
+copy, with its own browser), verify (the verifier's and the oracle's reads of it), and close. The first rollout of
 a process also pays the one-time imports and the first Chromium start; it is reported apart (`cold`).
 
 Prints one line per rollout, then per family: mean s per rollout and per turn over the warm rollouts, and a

@@ -24,6 +24,8 @@ snapshot)` and `CHECK_NAMES`), and `__init__.py` declaring the `Family`.
   missing answer: it scores it.
 - Each environment owns its state (temp workspace, database, browser); `close()` frees it and is safe
   to call twice. Nothing leaks between environments running in parallel.
+- `steps` lists every call since the last reset with its result (what the oracle plans from when it reads a
+  rollout's own environment: agents/shared_env.py).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class Environment(ABC):
     def __init__(self, instance: TaskInstance) -> None:
         self.instance = instance
         self.final_answer: FinalAnswer | None = None
+        self.steps: list[Step] = []  # every tool call executed since the last reset, with its result
 
     # --- to implement -------------------------------------------------------------------------
     @abstractmethod
@@ -97,6 +100,7 @@ class Environment(ABC):
     def reset(self) -> str:
         self._teardown()
         self.final_answer = None
+        self.steps = []
         self._setup()
         return self.instance.instruction
 
@@ -107,6 +111,12 @@ class Environment(ABC):
         return list(_tool_names_of(type(self)))
 
     async def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+        result = await self._call(name, arguments)
+        recorded = arguments if isinstance(arguments, (dict, str)) else {} if arguments is None else repr(arguments)
+        self.steps.append(Step(call=ToolCall(name=name, arguments=recorded), result=result))
+        return result
+
+    async def _call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
         try:
             if name not in self._tool_names():
                 raise ToolError(f"unknown tool '{name}'; available tools: {', '.join(self._tool_names())}")
@@ -131,10 +141,9 @@ class Environment(ABC):
     async def replay(self, tool_calls: Sequence[ToolCall]) -> list[Step]:
         """Reset, then re-execute `tool_calls` in order: the state after a trajectory prefix."""
         self.reset()
-        steps = []
         for c in tool_calls:
-            steps.append(Step(call=c, result=await self.call(c.name, c.arguments)))
-        return steps
+            await self.call(c.name, c.arguments)
+        return [Step(call=c, result=s.result) for c, s in zip(tool_calls, self.steps, strict=True)]
 
     def close(self) -> None:
         self._teardown()

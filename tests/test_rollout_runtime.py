@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 
+import litellm
 import pytest
 
 import tasks
@@ -236,6 +237,37 @@ async def test_oracle_through_run_episode_scores_one_and_its_prefix_replays_exac
     with pytest.raises(ReplayDivergence) as e:
         await _oracle_run(family, inst, prefix=p.model_copy(update={"turns": tampered}), on_divergence="raise")
     assert e.value.turn == k and e.value.recorded.endswith(" (tampered)") and f"at turn {k}:" in str(e.value)
+
+
+async def test_oracle_plans_from_the_rollouts_own_environment_and_agrees_with_replay():
+    """Inside run_episode the oracle reads the rollout's shared environment: an episode cut short leaves no
+    copy of its own in the provider's live cache (the replay path keeps one until the final answer), nothing
+    stays shared after it, and every turn's action equals what the replay path (a fresh copy with the
+    conversation replayed) answers from the same messages."""
+    from agents import shared_env
+    from agents.client import close_provider_environments
+    from agents.oracle_provider import oracle_reply
+
+    family = "stock_alert"
+    inst = _oracle_sample(family)
+    close_provider_environments()
+    env = tasks.make_env(inst)
+    try:
+        cut = await run_episode(ModelRole(model=f"oracle/{family}"), baseline(family), env, seed=0,
+                                limits=Limits(max_turns=2))
+    finally:
+        env.close()
+    assert cut.stop_reason == "max_turns" and len(cut.turns) == 2
+    handler = next(e["custom_handler"] for e in litellm.custom_provider_map if e["provider"] == "oracle")
+    assert len(handler.cache._live) == 0 and shared_env.n_shared() == 0
+    traj = await _oracle_run(family, inst)
+    assert traj.score == 1.0 and len(traj.turns) > 3
+    for i, turn in enumerate(traj.turns):
+        replayed = await oracle_reply(family, traj.model_messages(i), inst.id)
+        if turn.tool_calls:
+            assert [(c.name, c.arguments) for c in turn.tool_calls] == [(replayed.name, replayed.arguments)], i
+        else:
+            assert turn.assistant["content"] == replayed.text, i
 
 
 @pytest.mark.vllm
