@@ -29,7 +29,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,7 +38,7 @@ from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
 FAMILIES = ("code_refactor", "anomaly_detection", "payroll_audit")  # the families with a show-your-work policy
-DEMO_WEIGHTS = {"code_refactor": 1.0, "anomaly_detection": 1.0, "payroll_audit": 1.0}
+DEMO_WEIGHTS = {"code_refactor": 1.0, "anomaly_detection": 1.0, "payroll_audit": 1.0, "website_admin": 0.6}
 BUILD_RECORD = "micro_build.json"
 HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
 
@@ -53,9 +53,12 @@ class MicroSpec(BaseModel):
         default_factory=lambda: dict(DEMO_WEIGHTS),
         description="family -> multiplier of demos_per_family (families with a show-your-work policy get more)")
     show_work_only: tuple[str, ...] = Field(
-        default=("code_refactor", "payroll_audit"), description="families demonstrated only on instances a "
-                                                                "show-your-work policy covers (code_refactor: "
-                                                                "renames; payroll_audit: easy instances)")
+        default=("code_refactor", "payroll_audit", "website_admin"),
+        description="families demonstrated only on instances a show-your-work policy covers (code_refactor: "
+                    "renames; payroll_audit: easy instances; website_admin: price_of, set_price, disable_product)")
+    anomaly_program: Literal["paste", "values"] = Field(
+        default="paste", description="anomaly_detection's show-your-work program (tasks/anomaly_detection/"
+                                     "show_work.py): the parameter file pasted, or each range as a VALUES row")
     show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
                                                       "(deploy/micro_policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
@@ -114,7 +117,8 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
         fam = tasks.get(family)
         inst = fam.generate(index)
         show = spec.show_work and has_policy(inst)
-        model = ShowWorkClient(family) if show else ModelRole(model=f"flawed/{family}@{spec.profile}")
+        options = {"program": spec.anomaly_program} if family == "anomaly_detection" else {}
+        model = ShowWorkClient(family, options) if show else ModelRole(model=f"flawed/{family}@{spec.profile}")
         async with sem:
             env = fam.make_env(inst)
             try:

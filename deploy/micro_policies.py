@@ -15,6 +15,7 @@ demonstrations: under h0 the rename often misses the tests directory, under a ha
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,8 +50,10 @@ def _modules() -> dict[str, Any]:
     from tasks.anomaly_detection import show_work as anomaly
     from tasks.code_refactor import show_work as refactor
     from tasks.payroll_audit import show_work as payroll
+    from tasks.website_admin import show_work as website
 
-    return {"anomaly_detection": anomaly, "code_refactor": refactor, "payroll_audit": payroll}
+    return {"anomaly_detection": anomaly, "code_refactor": refactor, "payroll_audit": payroll,
+            "website_admin": website}
 
 
 def has_policy(instance: TaskInstance) -> bool:
@@ -60,10 +63,11 @@ def has_policy(instance: TaskInstance) -> bool:
 
 
 class ShowWorkClient(ModelClient):
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, options: Mapping[str, Any] | None = None) -> None:
+        """`options`: keyword arguments of the family's `next_action` (e.g. anomaly_detection's `program`)."""
         super().__init__(ModelRole(model=f"showwork/{family}"))
         self.family = family
-        self.policy: Policy = _modules()[family].next_action
+        self.policy: Policy = functools.partial(_modules()[family].next_action, **(options or {}))
         self.env: Any = None
         self.history: list[Step] = []
         self.knows: frozenset[str] | None = None

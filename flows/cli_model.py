@@ -46,6 +46,9 @@ def model_micro(
                                                    "family's weight (MicroSpec.demo_weights).")] = _MICRO.demos_per_family,
     families: Annotated[str, typer.Option(help="Comma-separated families to demonstrate.")] = ",".join(micro_model.FAMILIES),
     threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = _MICRO.train.threads,
+    anomaly_program: Annotated[str, typer.Option(
+        help="anomaly_detection's demonstration program: 'paste' (the parameter file pasted into the query; every "
+             "committed M0) or 'values' (each range copied into a VALUES row; docs/students.md).")] = _MICRO.anomaly_program,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Checkpoint folder (default OUT/.work); a rerun with the same spec resumes from it.")] = None,
 ) -> None:
@@ -62,8 +65,11 @@ def model_micro(
     if not names or any(f not in known for f in names):
         fail(f"--families: unknown {', '.join(f for f in names if f not in known) or '(none given)'}; "
              f"known: {', '.join(sorted(known))}")
+    if anomaly_program not in ("paste", "values"):
+        fail(f"--anomaly-program: {anomaly_program!r} is not one of paste, values")
     base = micro_model.MicroSpec()
     spec = micro_model.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
+                                 anomaly_program=anomaly_program,  # type: ignore[arg-type]  (checked above)
                                  train=base.train.model_copy(update={"steps": steps, "threads": threads}))
     path = micro_model.build_micro_model(out, spec, work_dir=work_dir)
     console.print(f"[green]built[/] {path}  sha256(weights)={micro_model.weights_digest(path)}")

@@ -22,9 +22,9 @@ from harness.render import system_prompt
 from tasks.code_refactor.show_work import rename_request
 
 
-def _episode(family: str, index: int, harness, seed: int = 0):
+def _episode(family: str, index: int, harness, seed: int = 0, options: dict | None = None):
     fam = tasks.get(family)
-    client = ShowWorkClient(family)
+    client = ShowWorkClient(family, options)
     env = fam.make_env(fam.generate(index))
     try:
         with env:
@@ -56,6 +56,47 @@ def test_show_work_succeeds_when_the_harness_states_the_items(family: str) -> No
     index = next(i for i in range(1000, 1100) if has_policy(fam.generate(i)))
     traj = _episode(family, index, named_harness(family))
     assert traj.verdict.score == 1.0, traj.verdict
+
+
+def test_website_admin_show_work_writes_only_values_the_trajectory_showed_first() -> None:
+    """Each covered kind succeeds; disable_product's SKU (the instruction names only the product) is written
+    into a call only after a tool result showed it, and the uncovered kinds are not demonstrated."""
+    fam = tasks.get("website_admin")
+    first = {}
+    for i in range(1000, 1030):
+        inst = fam.generate(i)
+        kind = inst.payload["kind"]
+        assert has_policy(inst) == (kind in ("price_of", "set_price", "disable_product")), kind
+        if has_policy(inst):
+            first.setdefault(kind, i)
+    for kind, index in sorted(first.items()):
+        traj = _episode("website_admin", index, baseline("website_admin"))
+        assert traj.verdict.score == 1.0, (kind, traj.verdict)
+        if kind == "disable_product":
+            sku = str(traj.instance.payload["changes"][0]["key"])
+            assert sku not in traj.instance.instruction
+            shown = [i for i, m in enumerate(traj.messages) if m.get("role") == "tool" and sku in str(m.get("content"))]
+            used = [i for i, m in enumerate(traj.messages) if m.get("role") == "assistant" and sku in str(m.get("tool_calls"))]
+            assert shown and used and shown[0] < used[0], (shown, used)
+
+
+def test_anomaly_values_program_copies_each_bound_not_the_file() -> None:
+    """The query holds every range of the parameter file as a VALUES row and not the file's text, and the
+    report it computes passes (easy and hard)."""
+    fam = tasks.get("anomaly_detection")
+    for index in (1000, 1001):
+        traj = _episode("anomaly_detection", index, named_harness("anomaly_detection"), options={"program": "values"})
+        assert traj.verdict.score == 1.0, traj.verdict
+        calls = [c["function"] for m in traj.messages for c in m.get("tool_calls") or []]
+        assert [c["name"] for c in calls[:3]] == ["describe_tables", "bucket_get", "sql_query"]
+        sql = json.loads(calls[2]["arguments"])["sql"]
+        assert '"rule"' not in sql and "VALUES (" in sql
+        params = json.loads(next(m["content"] for m in traj.messages if m.get("role") == "tool"
+                                 and '"rule"' in str(m.get("content"))))
+        ranges = params.get("sensors") or {**params["defaults_by_kind"], **params["overrides"]}
+        for key, r in ranges.items():
+            assert f"('{key}', {json.dumps(r['min'])}, {json.dumps(r['max'])})" in sql, key
+        assert fam.generate(index).difficulty == ("easy" if index % 2 == 0 else "hard")
 
 
 def test_missing_update_every_reference_fails_the_rename_and_the_test_run_shows_it() -> None:

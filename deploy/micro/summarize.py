@@ -47,7 +47,8 @@ def main(root: Path) -> None:
 
 
 FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stock_alert": "get_email_template",
-              "budget_approval": "list_documents", "payroll_audit": "python"}  # what every demonstration opens with
+              "budget_approval": "list_documents", "payroll_audit": "python", "website_admin": "goto"}
+# what every demonstration opens with (anomaly_detection's `values` program opens with describe_tables)
 
 
 def behaviour(root: Path) -> None:

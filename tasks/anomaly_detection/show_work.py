@@ -1,12 +1,15 @@
 """anomaly_detection, a show-your-work demonstration policy (for training the micro student; the pure oracle in
 oracle.py is unchanged and stays the reference).
 
-Every value it writes is derivable from what the trajectory shows, with as little copying as possible:
-1. `bucket_get` the parameter file, 2. `describe_tables`, 3. ONE SQL program that is the same text for every
-instance of a difficulty except for two kinds of contiguous copies: the parameter file pasted verbatim as a
-string literal (apostrophes doubled, as SQL wants), read with SQLite's JSON functions, and the window bounds
-from the instruction. The query computes the whole report as one CSV text cell. 4. `bucket_put` that cell
-verbatim (a contiguous copy of the query result). It never reads the ground truth.
+Every value it writes is derivable from what the trajectory shows, with as little copying as possible.
+`program="values"`: 1. `describe_tables`, 2. `bucket_get` the parameter file (so it is the last
+thing before the query), 3. ONE SQL program that is the same text for every instance of a difficulty except
+for short copies: each range, override and maintenance window of the parameter file as a VALUES row (the id
+or kind, then its two numbers or timestamps, in the file's order), and the window bounds from the
+instruction. `program="paste"` (the default; every committed M0 was trained on it): 1. `bucket_get`,
+2. `describe_tables`, 3. the parameter file pasted verbatim as a string literal, read with SQLite's JSON
+functions. Either query computes the whole report as one CSV text cell; 4. `bucket_put` that cell verbatim
+(a contiguous copy of the query result). It never reads the ground truth.
 
 `knows` names the knowledge items (harness/evolution/cards/anomaly_detection.yaml) the policy applies; the
 caller decides it (deploy/micro_policies.py). Without `bounds_are_normal` the query reports readings exactly at
@@ -16,8 +19,10 @@ precision fails.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from tasks.anomaly_detection.data import PARAMS_KEY
 from tasks.anomaly_detection.env import AnomalyDetectionEnv
@@ -44,6 +49,19 @@ _HARD = ("WITH RECURSIVE p(j) AS (SELECT '{params}'), "
          "json_extract(p.j, '$.defaults_by_kind.' || s.kind || '.max')) AS hi "
          "FROM p, readings r JOIN sensors s ON s.sensor_pk = r.sensor_pk "
          "WHERE NOT EXISTS (SELECT 1 FROM m WHERE m.sid = s.sensor_id AND r.ts >= m.t0 AND r.ts < m.t1)), ")
+# The "values" program (tried for a third M0 build, 2026-12-02; docs/students.md): no pasted file. Each bound
+# is copied from the parameter file into a VALUES row, a short copy per value; the pasted file had to be copied while JSON-escaping it (the
+# tool call's arguments are JSON: every quote and line break of the file changes form), which M0 never learned.
+_EASY_VALUES = ("WITH b(sid, lo, hi) AS (VALUES {sensors}), "
+                "rs AS (SELECT r.sensor_id AS sid, r.ts AS ts, r.value AS value, b.lo AS lo, b.hi AS hi "
+                "FROM readings r JOIN b ON b.sid = r.sensor_id), ")
+_HARD_VALUES = ("WITH d(kind, lo, hi) AS (VALUES {defaults}), o(sid, lo, hi) AS (VALUES {overrides}), "
+                "m(sid, t0, t1) AS (VALUES {maintenance}), "
+                "rs AS (SELECT s.sensor_id AS sid, r.ts AS ts, r.value AS value, coalesce(o.lo, d.lo) AS lo, "
+                "coalesce(o.hi, d.hi) AS hi FROM readings r JOIN sensors s ON s.sensor_pk = r.sensor_pk "
+                "JOIN d ON d.kind = s.kind LEFT JOIN o ON o.sid = s.sensor_id "
+                "WHERE NOT EXISTS (SELECT 1 FROM m WHERE m.sid = s.sensor_id AND r.ts >= m.t0 AND r.ts < m.t1)), ")
+PROGRAMS = ("paste", "values")  # "paste": the program every committed M0 was trained on
 ALL_KNOWN = frozenset({"bounds_are_normal"})
 _TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM rs WHERE ts >= '{start}' AND ts < '{end}' "
          "AND (value {lo_op} lo OR value {hi_op} hi) ORDER BY sid, ts) "
@@ -55,11 +73,31 @@ def applies(instance: TaskInstance) -> bool:
     return True  # every instance: the program covers both difficulties
 
 
-def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal: bool = True) -> str:
-    head = _HARD if hard else _EASY
+def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal: bool = True,
+               program: str = "paste") -> str:
     lo_op, hi_op = ("<", ">") if bounds_normal else ("<=", ">=")
-    return (head + _TAIL).format(params=params_text.replace("'", "''"), start=start, end=end, lo_op=lo_op,
-                                 hi_op=hi_op)
+    tail = _TAIL.format(start=start, end=end, lo_op=lo_op, hi_op=hi_op)
+    if program == "paste":
+        return (_HARD if hard else _EASY).format(params=params_text.replace("'", "''")) + tail
+    if program != "values":
+        raise ValueError(f"unknown anomaly_detection program {program!r} (values, paste)")
+    return _values_head(json.loads(params_text), hard) + tail
+
+
+def _rows(rows: list[tuple[object, ...]]) -> str:
+    """SQL VALUES rows, each value written as the parameter file shows it (strings quoted, numbers as JSON)."""
+    def lit(v: object) -> str:
+        return "'" + v.replace("'", "''") + "'" if isinstance(v, str) else json.dumps(v)
+    return ", ".join("(" + ", ".join(lit(v) for v in row) + ")" for row in rows)
+
+
+def _values_head(params: dict[str, Any], hard: bool) -> str:
+    if not hard:
+        return _EASY_VALUES.format(sensors=_rows([(k, r["min"], r["max"]) for k, r in params["sensors"].items()]))
+    return _HARD_VALUES.format(
+        defaults=_rows([(k, r["min"], r["max"]) for k, r in params["defaults_by_kind"].items()]),
+        overrides=_rows([(k, r["min"], r["max"]) for k, r in params["overrides"].items()]),
+        maintenance=_rows([(m["sensor_id"], m["start"], m["end"]) for m in params["maintenance"]]))
 
 
 def _last_result(history: Sequence[Step], name: str) -> str | None:
@@ -80,7 +118,9 @@ def _report_cell(result: str) -> str | None:
 
 
 def next_action(env: AnomalyDetectionEnv, history: Sequence[Step],
-                knows: frozenset[str] = ALL_KNOWN) -> ToolCall | FinalAnswer:
+                knows: frozenset[str] = ALL_KNOWN, program: str = "paste") -> ToolCall | FinalAnswer:
+    if program == "values" and _last_result(history, "describe_tables") is None:
+        return ToolCall(name="describe_tables", arguments={})
     params = _last_result(history, "bucket_get")
     if params is None:
         return ToolCall(name="bucket_get", arguments={"key": PARAMS_KEY})
@@ -90,7 +130,7 @@ def next_action(env: AnomalyDetectionEnv, history: Sequence[Step],
     report_key = _REPORT.search(env.instance.instruction)
     assert window and report_key, "anomaly_detection instruction without a window or report key"
     sql = report_sql(params, '"defaults_by_kind"' in params, window.group(1), window.group(2),
-                     bounds_normal="bounds_are_normal" in knows)
+                     bounds_normal="bounds_are_normal" in knows, program=program)
     ran = [st for st in history if st.call.name == "sql_query" and st.call.arguments.get("sql") == sql]
     if not ran:
         return ToolCall(name="sql_query", arguments={"sql": sql})
