@@ -76,7 +76,8 @@ def test_website_admin_show_work_writes_only_values_the_trajectory_showed_first(
             sku = str(traj.instance.payload["changes"][0]["key"])
             assert sku not in traj.instance.instruction
             shown = [i for i, m in enumerate(traj.messages) if m.get("role") == "tool" and sku in str(m.get("content"))]
-            used = [i for i, m in enumerate(traj.messages) if m.get("role") == "assistant" and sku in str(m.get("tool_calls"))]
+            used = [i for i, m in enumerate(traj.messages)
+                    if m.get("role") == "assistant" and sku in str(m.get("tool_calls"))]
             assert shown and used and shown[0] < used[0], (shown, used)
 
 

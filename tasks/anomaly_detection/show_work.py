@@ -50,8 +50,9 @@ _HARD = ("WITH RECURSIVE p(j) AS (SELECT '{params}'), "
          "FROM p, readings r JOIN sensors s ON s.sensor_pk = r.sensor_pk "
          "WHERE NOT EXISTS (SELECT 1 FROM m WHERE m.sid = s.sensor_id AND r.ts >= m.t0 AND r.ts < m.t1)), ")
 # The "values" program (tried for a third M0 build, 2026-12-02; docs/students.md): no pasted file. Each bound
-# is copied from the parameter file into a VALUES row, a short copy per value; the pasted file had to be copied while JSON-escaping it (the
-# tool call's arguments are JSON: every quote and line break of the file changes form), which M0 never learned.
+# is copied from the parameter file into a VALUES row, a short copy per value; the pasted file had to be copied
+# while JSON-escaping it (the tool call's arguments are JSON: every quote and line break of the file changes
+# form), which M0 never learned.
 _EASY_VALUES = ("WITH b(sid, lo, hi) AS (VALUES {sensors}), "
                 "rs AS (SELECT r.sensor_id AS sid, r.ts AS ts, r.value AS value, b.lo AS lo, b.hi AS hi "
                 "FROM readings r JOIN b ON b.sid = r.sensor_id), ")
@@ -77,10 +78,10 @@ def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal
                program: str = "paste") -> str:
     lo_op, hi_op = ("<", ">") if bounds_normal else ("<=", ">=")
     tail = _TAIL.format(start=start, end=end, lo_op=lo_op, hi_op=hi_op)
+    if program not in PROGRAMS:
+        raise ValueError(f"unknown anomaly_detection program {program!r} ({', '.join(PROGRAMS)})")
     if program == "paste":
         return (_HARD if hard else _EASY).format(params=params_text.replace("'", "''")) + tail
-    if program != "values":
-        raise ValueError(f"unknown anomaly_detection program {program!r} (values, paste)")
     return _values_head(json.loads(params_text), hard) + tail
 
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from urllib.parse import quote_plus
 
-from tasks.shop.data import MUTABLE_TABLES
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
+from tasks.shop.data import MUTABLE_TABLES
 from tasks.shop.oracle import login_steps, plan_next
 from tasks.website_admin import oracle
 from tasks.website_admin.env import WebsiteAdminEnv
@@ -52,7 +52,8 @@ def _todo(env: WebsiteAdminEnv) -> list[dict[str, object]]:
             if index[c["table"]].get(str(c["key"]), {}).get(c["field"]) != c["value"]]
 
 
-def next_action(env: WebsiteAdminEnv, history: Sequence[Step], knows: frozenset[str] = frozenset()) -> ToolCall | FinalAnswer:
+def next_action(env: WebsiteAdminEnv, history: Sequence[Step],
+                knows: frozenset[str] = frozenset()) -> ToolCall | FinalAnswer:
     p = env.instance.payload
     if p["kind"] != "disable_product":
         return oracle.next_action(env, history)
