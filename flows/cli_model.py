@@ -14,6 +14,7 @@ from rich.console import Console
 import tasks
 from deploy import micro_model, tiny_model, vllm_server
 from flows.cli_options import existing_path, fail
+from tasks.anomaly_detection.show_work import PROGRAMS as ANOMALY_PROGRAMS
 
 console = Console()
 model_app = typer.Typer(help="Build models locally (never downloaded).", no_args_is_help=True)
@@ -65,8 +66,8 @@ def model_micro(
     if not names or any(f not in known for f in names):
         fail(f"--families: unknown {', '.join(f for f in names if f not in known) or '(none given)'}; "
              f"known: {', '.join(sorted(known))}")
-    if anomaly_program not in ("paste", "values"):
-        fail(f"--anomaly-program: {anomaly_program!r} is not one of paste, values")
+    if anomaly_program not in ANOMALY_PROGRAMS:
+        fail(f"--anomaly-program: {anomaly_program!r} is not one of {', '.join(ANOMALY_PROGRAMS)}")
     base = micro_model.MicroSpec()
     spec = micro_model.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
                                  anomaly_program=anomaly_program,  # type: ignore[arg-type]  (checked above)

@@ -92,12 +92,15 @@ def _rows(rows: list[tuple[object, ...]]) -> str:
     return ", ".join("(" + ", ".join(lit(v) for v in row) + ")" for row in rows)
 
 
+def _ranges(by_key: dict[str, dict[str, float]]) -> str:
+    return _rows([(k, r["min"], r["max"]) for k, r in by_key.items()])
+
+
 def _values_head(params: dict[str, Any], hard: bool) -> str:
     if not hard:
-        return _EASY_VALUES.format(sensors=_rows([(k, r["min"], r["max"]) for k, r in params["sensors"].items()]))
+        return _EASY_VALUES.format(sensors=_ranges(params["sensors"]))
     return _HARD_VALUES.format(
-        defaults=_rows([(k, r["min"], r["max"]) for k, r in params["defaults_by_kind"].items()]),
-        overrides=_rows([(k, r["min"], r["max"]) for k, r in params["overrides"].items()]),
+        defaults=_ranges(params["defaults_by_kind"]), overrides=_ranges(params["overrides"]),
         maintenance=_rows([(m["sensor_id"], m["start"], m["end"]) for m in params["maintenance"]]))
 
 
