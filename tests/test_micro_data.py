@@ -59,8 +59,9 @@ def test_show_work_succeeds_when_the_harness_states_the_items(family: str) -> No
 
 
 def test_website_admin_show_work_writes_only_values_the_trajectory_showed_first() -> None:
-    """Each covered kind succeeds; disable_product's SKU (the instruction names only the product) is written
-    into a call only after a tool result showed it, and the uncovered kinds are not demonstrated."""
+    """Each covered kind succeeds after a plain sign-in, every URL holding its values verbatim (no encoded
+    `next` path); disable_product's SKU (the instruction names only the product) is written into a call only
+    after a tool result showed it, and the uncovered kinds are not demonstrated."""
     fam = tasks.get("website_admin")
     first = {}
     for i in range(1000, 1030):
@@ -72,6 +73,9 @@ def test_website_admin_show_work_writes_only_values_the_trajectory_showed_first(
     for kind, index in sorted(first.items()):
         traj = _episode("website_admin", index, baseline("website_admin"))
         assert traj.verdict.score == 1.0, (kind, traj.verdict)
+        urls = [json.loads(c["function"]["arguments"])["url"] for m in traj.messages
+                for c in m.get("tool_calls") or [] if c["function"]["name"] == "goto"]
+        assert urls[0] == "/login" and not any("%" in u or "next=" in u for u in urls), urls  # verbatim copies
         if kind == "disable_product":
             sku = str(traj.instance.payload["changes"][0]["key"])
             assert sku not in traj.instance.instruction
