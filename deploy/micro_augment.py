@@ -8,6 +8,11 @@ message (instruction, commands, tool outputs, final answer) is replaced consiste
 coherent as the original, and the only way to predict the names in the commands is to copy them from the
 instruction. Names are two or three words of `WORDS` joined by underscores, never a word-bounded token of
 the original conversation (no collision with another identifier of the workspace).
+
+`resku_copies` does the same for website_admin: the product's SKU (three capitals, a dash, digits) is
+replaced everywhere by a fresh one. A build whose website_admin demonstrations had only the shops' few SKU
+prefixes (KIT, GAR, OFF, ...) copied the digits and guessed the prefix (`/products/GAR-289` for `KIT-289`,
+docs/students.md): fresh prefixes leave copying as the only way to predict it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import hashlib
 import json
 import random
 import re
+import string
+from collections.abc import Callable, Sequence
 from typing import Any
 
 WORDS = (
@@ -67,16 +74,39 @@ def _fresh_name(rng: random.Random, taken: set[str]) -> str:
             return name
 
 
-def renamed_copies(trajectory: Any, old: str, new: str, k: int, rng: random.Random) -> list[Any]:
-    """`k` copies of a rename demonstration (a `Trajectory`) with (old, new) replaced by fresh random names."""
+def _fresh_sku(like: str) -> Callable[[random.Random, set[str]], str]:
+    def fresh(rng: random.Random, taken: set[str]) -> str:
+        while True:
+            sku = "".join(rng.choices(string.ascii_uppercase, k=3)) + "-" + "".join(
+                rng.choices(string.digits, k=len(like.split("-", 1)[1])))
+            if not any(sku in t for t in taken):  # not even inside a ref such as `edit-KIT-289`
+                taken.add(sku)
+                return sku
+    return fresh
+
+
+def substituted_copies(trajectory: Any, olds: Sequence[str], fresh: Callable[[random.Random, set[str]], str],
+                       k: int, rng: random.Random, suffix: str) -> list[Any]:
+    """`k` copies of a `Trajectory` with every word-bounded occurrence of each of `olds` replaced by a value
+    `fresh` draws (never a token of the original conversation), consistently across all messages."""
     text = json.dumps(trajectory.messages)
-    taken = set(re.findall(rf"[{_WORD_CHAR}]+", text))
+    taken = set(re.findall(rf"[{_WORD_CHAR}-]+", text)) | set(re.findall(rf"[{_WORD_CHAR}]+", text))
     out = []
     for i in range(k):
-        a, b = _fresh_name(rng, taken), _fresh_name(rng, taken)
-        subs = [(_pattern(old), a), (_pattern(new), b)]
+        news = [fresh(rng, taken) for _ in olds]
+        subs = [(_pattern(old), new) for old, new in zip(olds, news)]
         messages = [_replace(m, subs) for m in trajectory.messages]
-        digest = hashlib.sha256(f"{trajectory.id}:{i}:{a}:{b}".encode()).hexdigest()[:16]
+        digest = hashlib.sha256(f"{trajectory.id}:{i}:{':'.join(news)}".encode()).hexdigest()[:16]
         out.append(trajectory.model_copy(update={"messages": messages, "id": f"{trajectory.id}-aug{digest}",
-                                                 "tag": f"{trajectory.tag}:renamed"}))
+                                                 "tag": f"{trajectory.tag}:{suffix}"}))
     return out
+
+
+def renamed_copies(trajectory: Any, old: str, new: str, k: int, rng: random.Random) -> list[Any]:
+    """`k` copies of a rename demonstration (a `Trajectory`) with (old, new) replaced by fresh random names."""
+    return substituted_copies(trajectory, [old, new], _fresh_name, k, rng, "renamed")
+
+
+def resku_copies(trajectory: Any, sku: str, k: int, rng: random.Random) -> list[Any]:
+    """`k` copies of a website_admin demonstration with the product's SKU replaced by a fresh random one."""
+    return substituted_copies(trajectory, [sku], _fresh_sku(sku), k, rng, "resku")

@@ -8,7 +8,8 @@ Steps, all deterministic for a spec on one machine (same spec -> byte-identical 
    (deploy/micro_policies.py: code_refactor renames, anomaly_detection, payroll_audit easy instances; each
    reads its harness: an unstated knowledge item is often missed), else `flawed/<family>@native` (SIMULATED
    policy); plus `rename_copies` copies of every rename demonstration with fresh random names
-   (deploy/micro_augment.py), so the names can only be copied, never guessed;
+   (deploy/micro_augment.py), so the names can only be copied, never guessed (and `sku_copies` copies of every
+   website_admin one with a fresh SKU, 0 by default);
 2. a byte-level BPE tokenizer trained on the rendered demonstrations, digits split one per token (numbers
    and ids are then copied digit by digit), the Qwen-style chat template of the tiny model, `<tool_call>`
    tool format (served with vLLM's hermes parser);
@@ -75,6 +76,8 @@ class MicroSpec(BaseModel):
     copy_phase_lr: float = Field(default=3e-3, gt=0, description="constant after a 50-step warmup")
     rename_copies: int = Field(default=2, ge=0, description="copies of each show-your-work rename demonstration "
                                                             "with fresh random names (deploy/micro_augment.py)")
+    sku_copies: int = Field(default=0, ge=0, description="copies of each website_admin show-your-work demonstration "
+                                                        "with a fresh random SKU (deploy/micro_augment.py)")
     vocab_size: int = Field(default=4096, ge=600)
     hidden_size: int = 192
     intermediate_size: int = 512
@@ -155,7 +158,7 @@ def demonstrations(spec: MicroSpec, progress: bool = True) -> list[tuple[str, An
         pairs = asyncio.run(_demos_async(spec, progress=progress))
     finally:
         close_provider_environments()
-    return pairs + _renamed(pairs, spec)
+    return pairs + _renamed(pairs, spec) + _reskued(pairs, spec)
 
 
 def _renamed(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, Any]]:
@@ -168,6 +171,18 @@ def _renamed(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, A
         names = rename_request(traj.instance) if ":showwork:" in traj.tag else None
         if names is not None:
             out.extend((label, t) for t in renamed_copies(traj, *names, spec.rename_copies, rng))
+    return out
+
+
+def _reskued(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, Any]]:
+    """`spec.sku_copies` fresh-SKU copies of every website_admin show-your-work demonstration (seeded)."""
+    from deploy.micro_augment import resku_copies
+    from tasks.website_admin.show_work import sku_of
+
+    rng, out = random.Random(f"sku:{spec.seed}"), []
+    for label, traj in pairs if spec.sku_copies else []:
+        if traj.instance.family == "website_admin" and ":showwork:" in traj.tag:
+            out.extend((label, t) for t in resku_copies(traj, sku_of(traj.instance), spec.sku_copies, rng))
     return out
 
 
@@ -258,6 +273,7 @@ def _figures(pairs: list[tuple[str, Any]], built: Any, seconds: float) -> DemoFi
         ex = [e for e in built.examples if e.family == family]
         by_family[family] = {"n": len(ts), "kept": len(ex), "show_work": sum(":showwork:" in t.tag for t in ts),
                              "renamed_copies": sum(t.tag.endswith(":renamed") for t in ts),
+                             "sku_copies": sum(t.tag.endswith(":resku") for t in ts),
                              "success": round(sum(t.verdict.score >= 1.0 for t in ts) / len(ts), 3),
                              "mean_tokens": round(sum(e.n_tokens for e in ex) / max(1, len(ex)), 1)}
     labels: dict[str, int] = {}

@@ -50,6 +50,9 @@ def model_micro(
     anomaly_program: Annotated[str, typer.Option(
         help="anomaly_detection's demonstration program: 'paste' (the parameter file pasted into the query; every "
              "committed M0) or 'values' (each range copied into a VALUES row; docs/students.md).")] = _MICRO.anomaly_program,
+    sku_copies: Annotated[int, typer.Option(
+        min=0, help="Copies of each website_admin demonstration with a fresh random SKU (0 in every committed "
+                    "M0; docs/students.md).")] = _MICRO.sku_copies,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Checkpoint folder (default OUT/.work); a rerun with the same spec resumes from it.")] = None,
 ) -> None:
@@ -71,6 +74,7 @@ def model_micro(
     base = micro_model.MicroSpec()
     spec = micro_model.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
                                  anomaly_program=anomaly_program,  # type: ignore[arg-type]  (checked above)
+                                 sku_copies=sku_copies,
                                  train=base.train.model_copy(update={"steps": steps, "threads": threads}))
     path = micro_model.build_micro_model(out, spec, work_dir=work_dir)
     console.print(f"[green]built[/] {path}  sha256(weights)={micro_model.weights_digest(path)}")

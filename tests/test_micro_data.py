@@ -13,13 +13,14 @@ import pytest
 
 import tasks
 from agents.rollout import run_episode
-from deploy.micro_augment import renamed_copies
+from deploy.micro_augment import renamed_copies, resku_copies
 from deploy.micro_curriculum import copy_examples
 from deploy.micro_mixture import named_harness
 from deploy.micro_policies import MISS, ShowWorkClient, has_policy, knows
 from harness.baseline import baseline
 from harness.render import system_prompt
 from tasks.code_refactor.show_work import rename_request
+from tasks.website_admin.show_work import sku_of
 
 
 def _episode(family: str, index: int, harness, seed: int = 0, options: dict | None = None):
@@ -134,6 +135,21 @@ def test_renamed_copies_rewrite_both_names_everywhere_consistently() -> None:
         sed = json.loads(copy.messages[4]["tool_calls"][0]["function"]["arguments"])["command"]
         assert f"s/\\b{a}\\b/{b}/g" in sed  # the sed escape before the name is a boundary too
     assert renamed_copies(traj, old, new, 3, random.Random(0))[0].messages == copies[0].messages  # seeded
+
+
+def test_resku_copies_replace_the_sku_in_the_instruction_the_calls_and_the_pages() -> None:
+    """A website_admin demonstration copied with a fresh SKU: the old one appears nowhere, the new one wherever
+    the old one was (the result row, the goto URL, the pages' addresses), and the copy is seeded."""
+    traj = _episode("website_admin", 1002, baseline("website_admin"))  # disable_product: SKU read off a page
+    sku = sku_of(traj.instance)
+    copies = resku_copies(traj, sku, 2, random.Random(0))
+    assert len({c.id for c in copies}) == 2 and all(c.tag.endswith(":resku") for c in copies)
+    for copy in copies:
+        text = json.dumps(copy.messages)
+        assert sku not in text
+        new = re.search(r"/products/([A-Z]{3}-\d+)", text).group(1)
+        assert new != sku and len(new) == len(sku) and text.count(new) == json.dumps(traj.messages).count(sku)
+    assert resku_copies(traj, sku, 2, random.Random(0))[1].messages == copies[1].messages
 
 
 def test_copy_curriculum_trains_only_the_copied_tokens() -> None:

@@ -38,6 +38,12 @@ def applies(instance: TaskInstance) -> bool:
     return instance.family == "website_admin" and instance.payload.get("kind") in COVERED
 
 
+def sku_of(instance: TaskInstance) -> str:
+    """The SKU of the product a covered instance is about (for fresh-SKU copies of its demonstration)."""
+    changes = instance.payload.get("changes")
+    return str(changes[0]["key"]) if changes else _needed(_SKU, instance.instruction)
+
+
 def sign_in(password: str) -> list[ToolCall]:
     """Four actions that work from any state; the shop lands on its dashboard."""
     return [ToolCall(name="goto", arguments={"url": "/login"}),
