@@ -42,6 +42,8 @@ FAMILIES = ("code_refactor", "anomaly_detection", "payroll_audit")  # the famili
 DEMO_WEIGHTS = {"code_refactor": 1.0, "anomaly_detection": 1.0, "payroll_audit": 1.0, "website_admin": 0.6}
 BUILD_RECORD = "micro_build.json"
 HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
+COPY_FORMED_LOSS = 0.3  # copy-phase loss (last 10% of steps) under which the copying circuit formed: formed
+# phases end near 0.03, unformed ones plateau near 1.1 (docs/students.md, the fifth build)
 
 
 class MicroSpec(BaseModel):
@@ -74,6 +76,9 @@ class MicroSpec(BaseModel):
     copy_phase_batch: int = Field(default=16, ge=1)
     copy_phase_len: int = Field(default=192, ge=16, description="tokens per copy-phase sequence")
     copy_phase_lr: float = Field(default=3e-3, gt=0, description="constant after a 50-step warmup")
+    copy_phase_stop_loss: float | None = Field(
+        default=None, gt=0, description="stop the copy phase once its mean loss over 100 steps is below this "
+                                        "(copy_phase_steps is then the maximum); None in every committed M0")
     rename_copies: int = Field(default=2, ge=0, description="copies of each show-your-work rename demonstration "
                                                             "with fresh random names (deploy/micro_augment.py)")
     sku_copies: int = Field(default=0, ge=0, description="copies of each website_admin show-your-work demonstration "
@@ -333,7 +338,8 @@ def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progres
         model.load_state_dict(torch.load(weights))
         return PretrainReport.model_validate_json(done.read_text())
     cfg = PretrainConfig(steps=spec.copy_phase_steps, lr=spec.copy_phase_lr, min_lr_ratio=1.0, warmup_steps=50,
-                         seed=spec.seed, threads=spec.train.threads, checkpoint_every=200)
+                         seed=spec.seed, threads=spec.train.threads, checkpoint_every=200,
+                         stop_below=spec.copy_phase_stop_loss)
     batches = copy_batches(tokenizer, spec.copy_phase_steps, spec.copy_phase_batch, spec.copy_phase_len, spec.seed)
     report = pretrain(model, batches, cfg, work, progress=progress)
     torch.save(model.state_dict(), weights)
@@ -346,6 +352,7 @@ def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, 
               "weights_sha256": weights_digest(out), "demonstrations": figures.model_dump(),
               "copy_phase": phase.model_dump(exclude={"losses"}) if phase else None,
               "copy_phase_loss_every_100_steps": phase.losses[::100] if phase else [],
+              "copy_phase_formed": phase.last_loss < COPY_FORMED_LOSS if phase else None,
               "training": report.model_dump(exclude={"losses"}),
               "loss_every_50_steps": report.losses[::50], "build_seconds": round(seconds, 1)}
     (out / BUILD_RECORD).write_text(json.dumps(record, indent=1))

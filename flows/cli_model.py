@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -53,6 +54,12 @@ def model_micro(
     sku_copies: Annotated[int, typer.Option(
         min=0, help="Copies of each website_admin demonstration with a fresh random SKU (0 in every committed "
                     "M0; docs/students.md).")] = _MICRO.sku_copies,
+    copy_phase_steps: Annotated[int, typer.Option(
+        min=0, help="Steps of the copy phase (batches of short synthetic copy sequences) before the "
+                    "demonstrations; the most it runs with --copy-phase-stop-loss. 0: no copy phase.")] = _MICRO.copy_phase_steps,
+    copy_phase_stop_loss: Annotated[Optional[float], typer.Option(
+        help="End the copy phase once its mean loss over 100 steps is below this (a formed copying "
+             "circuit reaches ~0.03, an unformed one plateaus ~1.1). Default: run every step.")] = None,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Checkpoint folder (default OUT/.work); a rerun with the same spec resumes from it.")] = None,
 ) -> None:
@@ -71,13 +78,22 @@ def model_micro(
              f"known: {', '.join(sorted(known))}")
     if anomaly_program not in ANOMALY_PROGRAMS:
         fail(f"--anomaly-program: {anomaly_program!r} is not one of {', '.join(ANOMALY_PROGRAMS)}")
+    if copy_phase_stop_loss is not None and not copy_phase_stop_loss > 0:
+        fail(f"--copy-phase-stop-loss: {copy_phase_stop_loss} must be above 0")
     base = micro_model.MicroSpec()
     spec = micro_model.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
                                  anomaly_program=anomaly_program,  # type: ignore[arg-type]  (checked above)
-                                 sku_copies=sku_copies,
+                                 sku_copies=sku_copies, copy_phase_steps=copy_phase_steps,
+                                 copy_phase_stop_loss=copy_phase_stop_loss,
                                  train=base.train.model_copy(update={"steps": steps, "threads": threads}))
     path = micro_model.build_micro_model(out, spec, work_dir=work_dir)
     console.print(f"[green]built[/] {path}  sha256(weights)={micro_model.weights_digest(path)}")
+    record = json.loads((path / micro_model.BUILD_RECORD).read_text())
+    if record["copy_phase_formed"] is False:
+        console.print(f"[yellow]warning:[/] the copy phase ended at loss {record['copy_phase']['last_loss']:.3f} "
+                      f"(>= {micro_model.COPY_FORMED_LOSS}): the copying circuit did not form, and M0 will guess "
+                      "the values it should copy. Rebuild with another --seed (more copy-phase steps did not "
+                      "form a stuck one: docs/students.md).")
 
 
 @serve_app.command("start")

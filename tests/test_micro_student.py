@@ -49,6 +49,7 @@ def test_build_is_deterministic_and_records_its_figures(built: tuple[Path, Path]
     assert by_family["anomaly_detection"]["show_work"] == 2 and by_family["stock_alert"]["show_work"] == 0
     assert record["training"]["steps"] == 4 and record["training"]["tokens_seen"] > 0
     assert record["copy_phase"]["steps"] == 2 and record["copy_phase"]["tokens_seen"] == 2 * 2 * 32
+    assert record["copy_phase_formed"] is False  # two steps from random weights: loss ~6.5, nowhere near formed
     assert not list((a / ".work").glob("*/pretrain_checkpoint.pt"))  # removed once training finished
     assert sorted(p.stem for p in (a / "harness_hK").glob("*.yaml")) == sorted(FAMILIES)
     config = json.loads((a / "config.json").read_text())
@@ -73,6 +74,44 @@ def test_cli_rejects_an_unknown_family(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["model", "micro", "--out", str(tmp_path / "m"), "--families", "stock_alert,nope"])
     assert res.exit_code == 2 and "--families" in res.output and "nope" in res.output
     assert not (tmp_path / "m").exists()
+
+
+def test_cli_rejects_a_copy_phase_stop_loss_that_can_never_be_reached(tmp_path: Path) -> None:
+    from flows import cli_model
+
+    app = typer.Typer()
+    cli_model.register(app)
+    res = CliRunner().invoke(app, ["model", "micro", "--out", str(tmp_path / "m"), "--copy-phase-stop-loss", "0"])
+    assert res.exit_code == 2 and "--copy-phase-stop-loss" in res.output
+    assert not (tmp_path / "m").exists()
+
+
+def _tiny_lm() -> object:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(Qwen3Config(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                        num_attention_heads=1, num_key_value_heads=1, head_dim=64,
+                                        tie_word_embeddings=True))
+
+
+def test_pretrain_stops_once_the_recent_mean_loss_is_below_stop_below(tmp_path: Path) -> None:
+    from training.pretrain import pretrain
+
+    seq = [1, 2, 3, 4, 5, 6, 7, 8] * 4  # one sequence, learnt fast: its loss falls under 1.0 within 60 steps
+    examples = [(seq, seq)]
+    base = PretrainConfig(steps=60, lr=1e-2, warmup_steps=0, threads=1, checkpoint_every=1000, stop_window=5)
+    full = pretrain(_tiny_lm(), examples, base, tmp_path / "full", progress=False)
+    assert full.steps == 60 and not full.stopped_early
+    threshold = 1.0
+    assert min(sum(full.losses[i - 5:i]) / 5 for i in range(5, 61)) < threshold
+    stopped = pretrain(_tiny_lm(), examples, base.model_copy(update={"stop_below": threshold}), tmp_path / "stop",
+                       progress=False)
+    assert stopped.stopped_early and 5 <= stopped.steps < 60
+    assert sum(stopped.losses[-5:]) / 5 < threshold  # it stopped at the first window under the threshold ...
+    assert all(sum(stopped.losses[i - 5:i]) / 5 >= threshold for i in range(5, stopped.steps))  # ... not before
+    assert stopped.losses == full.losses[:stopped.steps]  # same seed, same steps until then
 
 
 @pytest.mark.vllm

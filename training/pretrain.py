@@ -2,9 +2,10 @@
 
 One optimizer step = one example: a whole trajectory (batch 1, no padding: trajectories differ in length) or
 a batch of equal-length sequences (input_ids a list of lists, as the copy curriculum's short segments are);
-the loss is the mean cross-entropy over the example's trained tokens. The step count
-is fixed, never time-based, so the result does not depend on how busy the machine is. Examples are visited
-in a seeded shuffled order, epoch after epoch. AdamW, linear warmup then cosine decay to `min_lr_ratio`.
+the loss is the mean cross-entropy over the example's trained tokens. The step count is fixed, never
+time-based, so the result does not depend on how busy the machine is; with `stop_below` it is a maximum, and
+training stops once the recent mean loss falls below that value (deterministic too). Examples are visited in
+a seeded shuffled order, epoch after epoch. AdamW, linear warmup then cosine decay to `min_lr_ratio`.
 
 Deterministic by seed on one machine: the torch RNG is seeded, the number of intra-op threads is fixed
 (`threads`), and the data order comes from `random.Random(seed)`. A checkpoint (weights, optimizer, step,
@@ -38,12 +39,16 @@ class PretrainConfig(BaseModel):
     seed: int = 0
     threads: int = Field(default=2, ge=1, description="torch intra-op threads (fixed for determinism).")
     checkpoint_every: int = Field(default=100, ge=1)
+    stop_below: float | None = Field(
+        default=None, gt=0, description="Stop once the mean loss of the last `stop_window` steps is below this "
+                                        "(`steps` is then the most steps run); None: always `steps`.")
+    stop_window: int = Field(default=100, ge=1)
 
 
 class PretrainReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    steps: int
+    steps: int = Field(description="Steps run (fewer than configured when `stop_below` stopped it).")
     examples: int
     tokens_seen: int
     trained_tokens_seen: int
@@ -53,6 +58,7 @@ class PretrainReport(BaseModel):
     tokens_per_s: float
     resumed_from: int = 0
     losses: list[float] = Field(default_factory=list, description="Per-step loss.")
+    stopped_early: bool = Field(default=False, description="`stop_below` was reached before `steps`.")
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:
@@ -93,6 +99,12 @@ def _save(ckpt: Path, model: Any, opt: Any, step: int, losses: list[float], coun
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "losses": losses,
                 "counts": counts, "rng": torch.get_rng_state()}, tmp)
     tmp.replace(ckpt)  # atomic: a crash mid-write keeps the previous checkpoint
+
+
+def _converged(losses: list[float], cfg: PretrainConfig) -> bool:
+    """Whether `cfg.stop_below` is set and the mean of the last `cfg.stop_window` losses is under it."""
+    window = losses[-cfg.stop_window:]
+    return cfg.stop_below is not None and len(window) == cfg.stop_window and sum(window) / len(window) < cfg.stop_below
 
 
 Example = tuple[list[int], list[int]] | tuple[list[list[int]], list[list[int]]]
@@ -142,15 +154,18 @@ def pretrain(model: Any, examples: list[Example], cfg: PretrainConfig,
         tokens_now += x.numel()
         rate = tokens_now / max(1e-9, time.perf_counter() - t0)
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", tok_s=f"{rate:.0f}")
+        if _converged(losses, cfg):
+            break
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             _save(ckpt, model, opt, step + 1, losses, counts)
     bar.close()
     wall = time.perf_counter() - t0
     tail = losses[-max(1, len(losses) // 10):]
     report = PretrainReport(
-        steps=cfg.steps, examples=len(examples), tokens_seen=counts["tokens"], trained_tokens_seen=counts["trained"],
+        steps=len(losses), examples=len(examples), tokens_seen=counts["tokens"], trained_tokens_seen=counts["trained"],
         first_loss=losses[0], last_loss=round(sum(tail) / len(tail), 5), wall_s=round(wall, 1),
-        tokens_per_s=round(tokens_now / max(1e-9, wall), 1), resumed_from=start, losses=losses)
+        tokens_per_s=round(tokens_now / max(1e-9, wall), 1), resumed_from=start, losses=losses,
+        stopped_early=len(losses) < cfg.steps)
     (work_dir / "pretrain_report.json").write_text(json.dumps(report.model_dump(), indent=1))
     ckpt.unlink(missing_ok=True)
     return report
