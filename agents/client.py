@@ -76,14 +76,16 @@ class ModelResponse(BaseModel):
 
 
 def _ensure_custom_providers() -> None:
-    """Register the project's `oracle` and `flawed` providers with LiteLLM once (its registry is process-global)."""
+    """Register the project's `oracle`, `flawed` and `showwork` providers with LiteLLM once (its registry is process-global)."""
     if any(p.get("provider") == "oracle" for p in (litellm.custom_provider_map or [])):
         return
     from agents.flawed.provider import FlawedLLM
     from agents.oracle_provider import OracleLLM
+    from agents.showwork_provider import ShowWorkLLM
 
     litellm.custom_provider_map = [*(litellm.custom_provider_map or []), {"provider": "oracle", "custom_handler": OracleLLM()},
-                                   {"provider": "flawed", "custom_handler": FlawedLLM()}]
+                                   {"provider": "flawed", "custom_handler": FlawedLLM()},
+                                   {"provider": "showwork", "custom_handler": ShowWorkLLM()}]
     litellm.utils.custom_llm_setup()
 
 
@@ -98,7 +100,7 @@ def close_provider_environments() -> None:
                 holder.close()
 
 
-OWN_PROVIDERS = ("oracle", "flawed")  # providers of this project: they receive the per-call `context`
+OWN_PROVIDERS = ("oracle", "flawed", "showwork")  # providers of this project: they receive the per-call `context`
 
 
 class ModelClient:

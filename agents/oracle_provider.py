@@ -34,7 +34,7 @@ from litellm import CustomLLM
 import tasks
 from agents import shared_env
 from agents.records import parse_tool_calls
-from tasks.base import Environment
+from tasks.base import Environment, Family
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 
 
@@ -134,12 +134,19 @@ class LiveEnvCache:
 
 
 class OracleLLM(CustomLLM):
-    """LiteLLM handler for `oracle/<family>` models, with live environments reused across calls."""
+    """LiteLLM handler for `oracle/<family>` models, with live environments reused across calls. A subclass
+    with another `provider` name and `action` is a policy of ours served the same way (agents/showwork_provider.py)."""
+
+    provider = "oracle"
 
     def __init__(self, max_live_envs: int = 8) -> None:
         super().__init__()
         self.cache = LiveEnvCache(max_live_envs)
         atexit.register(self.cache.close)
+
+    def action(self, fam: Family, env: Environment, history: list[Step]) -> ToolCall | FinalAnswer:
+        """The next action from the environment's state and the steps that led there."""
+        return fam.oracle_action(env, history)
 
     async def next_action(self, family: str, messages: list[dict[str, Any]], instance_id: str | None,
                           env_key: object = None) -> ToolCall | FinalAnswer:
@@ -147,7 +154,7 @@ class OracleLLM(CustomLLM):
         fam = tasks.get(family)
         shared = shared_env.lookup(env_key, inst.id)
         if shared is not None:  # the rollout's own environment, in this process: nothing to replay
-            return fam.oracle_action(shared, list(shared.steps))
+            return self.action(fam, shared, list(shared.steps))
         calls = tool_calls_in(messages)
         live = self.cache.take(inst.id, calls)
         if live is None:
@@ -156,7 +163,7 @@ class OracleLLM(CustomLLM):
         try:
             for call in calls[len(live.history):]:
                 live.history.append(Step(call=call, result=await live.env.call(call.name, call.arguments)))
-            action = fam.oracle_action(live.env, live.history)
+            action = self.action(fam, live.env, live.history)
         except BaseException:
             live.env.close()
             raise
@@ -185,7 +192,7 @@ class OracleLLM(CustomLLM):
             }
             finish = "tool_calls"
         return litellm.ModelResponse(
-            model=f"oracle/{family}",
+            model=f"{self.provider}/{family}",
             choices=[{"index": 0, "message": message, "finish_reason": finish}],
             usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         )

@@ -4,9 +4,16 @@
 
 `row` is None when nothing could be corrected (`corr.status` says why). Mode `single_turn` (the default) trains
 only t*; with `suffix=SuffixOptions(...)` a cascade the single turn cannot stop is repaired over t*..t*+m.
+`rows=RowOptions(...)` says what the training row holds after t* and where its loss goes (correction/rows.py)
+and which corrections are kept: under `keep="improved"` (the default) the chosen candidate's mean replay score
+must exceed the failing rollout's own score, else the record says `not_improved` and no row is written (a
+localization is often wrong; an unchecked correction is a guess). A selector that runs no replay (the judge)
+gets one student replay of its chosen candidate for this check.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,13 +23,31 @@ from correction.locators.base import Locator
 from correction.records import Candidate, Correction, Localization
 from correction.rewrite import rewrite
 from correction.roles import continuation, family_role
-from correction.rows import corrected_trajectory
-from correction.suffix import suffix_repair
+from correction.rows import LossOn, Suffix, corrected_trajectory
 from correction.runner import RolloutFn
 from correction.selectors.base import Selection, Selector
+from correction.selectors.verifier_replay import REPLAY_TAG
+from correction.suffix import suffix_repair
 from harness.program import Harness
 
 APPLY_TAG = "apply-candidate"
+Keep = Literal["improved", "any"]
+
+
+class RowOptions(BaseModel):
+    """The training row and the keep rule (correction/rows.py for `suffix` and `loss_on`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    suffix: Suffix = Field(default="none", description="After t*: none | replay (the student's continuation in the "
+                           "chosen candidate's best replay) | original (the failing rollout's own turns).")
+    loss_on: LossOn = Field(default="corrected", description="corrected (t* only) | all_student (t* and every "
+                            "student turn kept; a suffix from a replay that did not pass carries no loss).")
+    keep: Keep = Field(default="improved", description="improved: keep a correction only when the chosen candidate's "
+                       "mean replay score exceeds the failing rollout's score; any: keep every chosen candidate.")
+    student: ModelRole | None = Field(default=None, description="Replays a judge-chosen candidate once for keep "
+                                      "'improved' (a verifier replay selector has its own replays).")
+    extra_turns: int = Field(default=30, ge=1, description="Turns that replay may add after the corrected turn.")
 
 
 class SuffixOptions(BaseModel):
@@ -35,11 +60,13 @@ class SuffixOptions(BaseModel):
     replays: int = Field(default=2, ge=1)
 
 
-def _record(view: Trajectory, loc: Localization, expert: ModelRole, student: str, **kw: object) -> Correction:
+def _record(view: Trajectory, loc: Localization, expert: ModelRole, rows: RowOptions, **kw: object) -> Correction:
+    kw.setdefault("suffix", rows.suffix)
     return Correction(source_trajectory_id=view.id, instance_id=view.instance.id, family=view.family,
-                      harness_id=view.harness_id, student_model=student, expert_model=family_role(expert, view.family).model,
-                      t_star=loc.t_star, locator=loc.locator, category=loc.category,
-                      localization_rationale=loc.rationale, **kw)  # type: ignore[arg-type]
+                      harness_id=view.harness_id, student_model=view.model_id,
+                      expert_model=family_role(expert, view.family).model, t_star=loc.t_star, locator=loc.locator,
+                      category=loc.category, localization_rationale=loc.rationale, source_score=view.score,
+                      keep=rows.keep, loss_on=rows.loss_on, **kw)  # type: ignore[arg-type]
 
 
 async def _apply(view: Trajectory, harness: Harness, t_star: int, cand: Candidate, run: RolloutFn) -> list[Trajectory]:
@@ -65,55 +92,94 @@ async def _both(view: Trajectory, harness: Harness, t_star: int, cands: list[Can
 
 
 async def _try_suffix(view: Trajectory, harness: Harness, loc: Localization, expert: ModelRole, run: RolloutFn,
-                      suffix: SuffixOptions, single: float) -> tuple[Correction, Trajectory] | None:
-    """Suffix mode: the expert's turns t*..t*+m when they let the student do better than the single turn."""
+                      suffix: SuffixOptions, single: float, rows: RowOptions) -> tuple[Correction, Trajectory] | None:
+    """Suffix mode: the expert's turns t*..t*+m when they let the student do better than the single turn (and,
+    under keep 'improved', better than the failing rollout)."""
     found = await suffix_repair(view, harness, loc.t_star or 0, expert, suffix.student, run, suffix.max_m,
                                 suffix.replays)
-    if found.chosen_m is None or found.turns[found.chosen_m].mean_score <= single:
+    if found.chosen_m is None:
         return None
     m = found.chosen_m
-    row = corrected_trajectory(view, loc.t_star or 0, max(found.episodes, key=lambda e: e.score), trained=m + 1)
-    corr = _record(view, loc, expert, view.model_id, status="corrected", mode="suffix", candidates=found.turns,
+    score = found.turns[m].mean_score
+    if score <= single or (rows.keep == "improved" and score <= view.score):
+        return None
+    row = corrected_trajectory(view, loc.t_star or 0, max(found.episodes, key=lambda e: e.score), trained=m + 1,
+                               suffix=rows.suffix, loss_on=rows.loss_on)
+    corr = _record(view, loc, expert, rows, status="corrected", mode="suffix", candidates=found.turns,
                    chosen=m, selector="suffix_replay", rationale=found.rationale, corrected_trajectory_id=row.id,
                    fewer_candidates_reason=f"suffix mode: the single corrected turn scored {single:.2f}")
     return corr, row
 
 
+async def _replay_once(view: Trajectory, harness: Harness, t_star: int, cand: Candidate, rows: RowOptions,
+                       run: RolloutFn) -> list[Trajectory]:
+    """One student continuation after a candidate a selector chose without replaying it (for keep 'improved')."""
+    if rows.student is None:
+        raise ValueError("keep 'improved' under a selector that runs no replay needs RowOptions.student")
+    job = continuation(view, harness, rows.student, prefix_of(view, t_star).then(cand.message), 0, REPLAY_TAG,
+                       rows.extra_turns)
+    return await run([job])
+
+
+async def _chosen_episodes(view: Trajectory, harness: Harness, t_star: int, sel: Selection, rows: RowOptions,
+                           run: RolloutFn) -> tuple[Selection, list[Trajectory], str]:
+    """The chosen candidate's episodes (the selector's replays, else one keep replay or its calls applied), the
+    selection with any new replay score, and the suffix the row can take (with the reason when it fell back)."""
+    if sel.episodes:
+        return sel, sel.episodes, rows.suffix
+    chosen = sel.candidates[sel.chosen or 0]
+    suffix = rows.suffix if rows.suffix != "replay" else "none (replay requested; the selector ran no replay)"
+    if rows.keep != "improved":
+        return sel, await _apply(view, harness, t_star, chosen, run), suffix
+    episodes = await _replay_once(view, harness, t_star, chosen, rows, run)
+    scored = chosen.model_copy(update={"replay_scores": [e.score for e in episodes]})
+    cands = [scored if i == sel.chosen else c for i, c in enumerate(sel.candidates)]
+    return sel.model_copy(update={"candidates": cands}), episodes, suffix
+
+
 async def correct_one(view: Trajectory, harness: Harness, locator: Locator, selector: Selector, expert: ModelRole,
                       run: RolloutFn, n: int = 3, also: Selector | None = None,
-                      suffix: SuffixOptions | None = None) -> tuple[Correction, Trajectory | None]:
+                      suffix: SuffixOptions | None = None,
+                      rows: RowOptions = RowOptions()) -> tuple[Correction, Trajectory | None]:
     """Correct one failing rollout (a view). Never raises for this rollout's trouble; see `Correction.status`.
     `also`: a second selector run on the same candidates for the record (its agreement with `selector`).
     `suffix`: mode `suffix` - when the chosen single turn does not let the student reach score 1.0 in its
-    replays, try the expert's suffix t*..t*+m (correction/suffix.py) and keep it when it does better."""
+    replays, try the expert's suffix t*..t*+m (correction/suffix.py) and keep it when it does better.
+    `rows`: the row's suffix and loss, and the keep rule (module docstring)."""
     view = view.require_view("correct_one")
     if view.harness_id != harness.id:
         raise ValueError(f"trajectory {view.id} ran under harness {view.harness_id}, not {harness.id}")
     loc = await locator.locate(view, harness, run)
     if loc.t_star is None:
-        return _record(view, loc, expert, view.model_id, status="not_localized", rationale=loc.rationale), None
+        return _record(view, loc, expert, rows, status="not_localized", rationale=loc.rationale), None
     cands, reason = await rewrite(view, harness, loc.t_star, expert, run, n=n)
     if not cands:
-        return _record(view, loc, expert, view.model_id, status="no_candidate", fewer_candidates_reason=reason,
+        return _record(view, loc, expert, rows, status="no_candidate", fewer_candidates_reason=reason,
                        rationale="the expert wrote no candidate other than the student's own action"), None
     sel, agree = await _both(view, harness, loc.t_star, cands, selector, also, run)
-    base = dict(candidates=sel.candidates, fewer_candidates_reason=reason, selector=selector.name,
-                judge_agreement=agree)
     single = sel.candidates[sel.chosen].mean_score if sel.chosen is not None else 0.0
     if suffix is not None and (sel.chosen is None or single < 1.0):
-        repaired = await _try_suffix(view, harness, loc, expert, run, suffix, single)
+        repaired = await _try_suffix(view, harness, loc, expert, run, suffix, single, rows)
         if repaired is not None:
             return repaired
+    base = dict(fewer_candidates_reason=reason, selector=selector.name, judge_agreement=agree)
     if sel.chosen is None:
-        return _record(view, loc, expert, view.model_id, status="no_candidate", rationale=sel.rationale, **base), None
-    episodes = sel.episodes or await _apply(view, harness, loc.t_star, sel.candidates[sel.chosen], run)
+        return _record(view, loc, expert, rows, status="no_candidate", rationale=sel.rationale,
+                       candidates=sel.candidates, **base), None
+    sel, episodes, used = await _chosen_episodes(view, harness, loc.t_star, sel, rows, run)
+    base.update(candidates=sel.candidates, chosen=sel.chosen, suffix=used)
+    chosen = sel.candidates[sel.chosen]
+    if rows.keep == "improved" and chosen.mean_score <= view.score:
+        return _record(view, loc, expert, rows, status="not_improved", rationale=(
+            f"the chosen candidate's replays scored {chosen.mean_score:.2f} on average, not above the failing "
+            f"rollout's {view.score:.2f} ({sel.rationale})"), **base), None
     usable = [e for e in episodes if e.stop_reason != "replay_divergence" and len(e.turns) > loc.t_star]
     if not usable:
-        return _record(view, loc, expert, view.model_id, status="replay_failed", chosen=sel.chosen,
+        return _record(view, loc, expert, rows, status="replay_failed",
                        rationale=f"no replay of the chosen candidate holds turn {loc.t_star}", **base), None
     best = max(usable, key=lambda e: e.score)
-    row = corrected_trajectory(view, loc.t_star, best)
-    corr = _record(view, loc, expert, view.model_id, status="corrected", chosen=sel.chosen,
-                   rationale=f"{sel.candidates[sel.chosen].rationale} ({sel.rationale})",
+    row = corrected_trajectory(view, loc.t_star, best, suffix=used if used in ("replay", "original") else "none",
+                               loss_on=rows.loss_on)
+    corr = _record(view, loc, expert, rows, status="corrected", rationale=f"{chosen.rationale} ({sel.rationale})",
                    corrected_trajectory_id=row.id, **base)
     return corr, row

@@ -73,8 +73,14 @@ class Correction(BaseModel):
     rationale: str = Field(default="", description="The chosen candidate's rationale, or why nothing was chosen.")
     mode: Mode = "single_turn"
     corrected_trajectory_id: str = ""
-    status: Literal["corrected", "not_localized", "no_candidate", "replay_failed"] = "corrected"
+    status: Literal["corrected", "not_localized", "no_candidate", "replay_failed", "not_improved"] = "corrected"
     judge_agreement: bool | None = Field(default=None, description="Both selectors ran: did they choose the same one?")
+    source_score: float | None = Field(default=None, description="The failing rollout's verifier score (what a "
+                                       "kept correction's replays must beat under keep 'improved').")
+    keep: Literal["improved", "any"] = Field(default="any", description="The keep rule the correction was judged by.")
+    suffix: str = Field(default="none", description="What follows t* in the row: none | replay | original, with the "
+                        "reason when a requested suffix fell back (e.g. 'none (replay requested; judge ran none)').")
+    loss_on: Literal["corrected", "all_student"] = "corrected"
 
 
 CORRECTION_SCHEMA: dict[str, pl.DataType] = {
@@ -84,6 +90,7 @@ CORRECTION_SCHEMA: dict[str, pl.DataType] = {
     "n_candidates": pl.Int64(), "fewer_candidates_reason": pl.String(), "selector": pl.String(),
     "chosen": pl.Int64(), "chosen_mean_score": pl.Float64(), "rationale": pl.String(), "mode": pl.String(),
     "corrected_trajectory_id": pl.String(), "status": pl.String(), "judge_agreement": pl.Boolean(),
+    "source_score": pl.Float64(), "keep": pl.String(), "suffix": pl.String(), "loss_on": pl.String(),
 }
 
 
@@ -143,7 +150,21 @@ def dataset_card(corrections: list[Correction], boundary: set[str] | None = None
         "selector_agreement": (sum(both) / len(both)) if both else None,
         "boundary_share": (sum(c.instance_id in boundary for c in done) / len(done))
         if boundary is not None and done else None,
+        "kept": kept_dropped(corrections),
         "modes": dict(sorted({m: sum(c.mode == m and c.status == "corrected" for c in corrections)
                               for m in {c.mode for c in corrections}}.items())),
         "categories": dict(sorted({k: sum(c.category == k for c in corrections) for k in {c.category for c in corrections}}.items())),
     }
+
+
+def kept_dropped(corrections: list[Correction]) -> dict[str, dict[str, dict[str, int]]]:
+    """family -> locator -> {kept, dropped}: `kept` trained on, `dropped` rewritten and selected but refused by
+    the keep rule (its replays did not beat the failing rollout's score); other outcomes are in `per_family`."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for c in corrections:
+        cell = out.setdefault(c.family, {}).setdefault(c.locator, {"kept": 0, "dropped": 0})
+        if c.status == "corrected":
+            cell["kept"] += 1
+        elif c.status == "not_improved":
+            cell["dropped"] += 1
+    return {f: dict(sorted(v.items())) for f, v in sorted(out.items())}

@@ -6,7 +6,8 @@ trajectories out, in order), so `correction/` never starts Ray; the flows wire t
 
 `CachedRollouts` keeps every finished episode under its job key (`RolloutJob.key`: instance, harness, model,
 seed, tag and the prefix's content hash), so a rerun after a kill repeats no model call; it also counts
-calls and time per role (tag) for the throughput table. (The key also hashes the job's limits.)
+calls and time per role (tag) for the throughput table (the key also hashes the job's limits), and with a
+`SpendCap` (agents/budget.py) it stops the stage at the run's API budget before the next batch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from agents.budget import SpendCap
 from agents.jobs import RolloutJob
 from agents.records import Trajectory
 from agents.rollout import run_episode
@@ -54,8 +56,9 @@ class CachedRollouts:
     `other_s[tag]` the rest of their wall time (prefix replay, tools, verify); cached jobs count nothing.
     """
 
-    def __init__(self, inner: RolloutFn, cache_dir: str | Path | None = None) -> None:
+    def __init__(self, inner: RolloutFn, cache_dir: str | Path | None = None, cap: SpendCap | None = None) -> None:
         self.inner = inner
+        self.cap = cap  # checked before each batch that runs a model; every fresh episode's cost is added
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.calls: dict[str, int] = defaultdict(int)
         self.model_s: dict[str, float] = defaultdict(float)
@@ -80,6 +83,8 @@ class CachedRollouts:
         out: list[Trajectory | None] = [self._cached(j) for j in jobs]
         todo = [i for i, t in enumerate(out) if t is None]
         if todo:
+            if self.cap is not None:
+                self.cap.check()
             t0 = time.perf_counter()
             fresh = await self.inner([jobs[i] for i in todo])
             self.wall_s += time.perf_counter() - t0
@@ -93,6 +98,8 @@ class CachedRollouts:
 
     def _account(self, tag: str, traj: Trajectory) -> None:
         model = sum(t.latency_s or 0.0 for t in traj.turns[traj.prefix_turns:])
+        if self.cap is not None:
+            self.cap.add(sum(t.cost_usd for t in traj.turns[traj.prefix_turns:]))
         self.calls[tag] += 1
         self.model_s[tag] += model
         self.other_s[tag] += max(0.0, traj.wall_s - model)

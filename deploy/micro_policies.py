@@ -47,13 +47,9 @@ def knows(family: str, system_prompt: str, rng: random.Random) -> frozenset[str]
 
 def _modules() -> dict[str, Any]:
     """family -> its show-your-work module (`applies(instance)`, `next_action(env, history, knows)`)."""
-    from tasks.anomaly_detection import show_work as anomaly
-    from tasks.code_refactor import show_work as refactor
-    from tasks.payroll_audit import show_work as payroll
-    from tasks.website_admin import show_work as website
+    from tasks import show_work
 
-    return {"anomaly_detection": anomaly, "code_refactor": refactor, "payroll_audit": payroll,
-            "website_admin": website}
+    return {f: show_work.module(f) for f in show_work.SHOW_WORK_TABLE}
 
 
 def has_policy(instance: TaskInstance) -> bool:

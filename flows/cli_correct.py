@@ -78,6 +78,12 @@ def correct(
     replays: Annotated[int, typer.Option(min=1, help="Student continuations per candidate.")] = 2,
     mode: Annotated[str, typer.Option(help="single_turn | suffix (repair t*..t*+m when one turn is not enough).")] = "single_turn",
     max_suffix: Annotated[int, typer.Option(min=0, help="Suffix mode: rewrite at most t*..t*+M.")] = 4,
+    row_suffix: Annotated[str, typer.Option("--suffix", help="After t* the row holds: none | replay (the student's "
+                                            "continuation in the chosen replay) | original (the failing rollout's "
+                                            "own turns).")] = "none",
+    loss_on: Annotated[str, typer.Option(help="corrected (t* only) | all_student (t* and every student turn kept).")] = "corrected",
+    keep: Annotated[str, typer.Option(help="improved (keep a correction only when its replays beat the failing "
+                                           "rollout's score) | any.")] = "improved",
     allow_split: Annotated[Optional[list[str]], typer.Option(
         help="Also accept rollouts of this split (val/test: measurement only, never train on them).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Correct at most this many failing rollouts.")] = None,
@@ -109,6 +115,7 @@ def correct(
                                   locator_expert=ModelRole(model=locator_expert), locator=locator, locator_api_base=locator_api_base, selector=selector,
                                   judge=judge, judge_api_base=judge_api_base, n=n, mode=mode,  # type: ignore[arg-type]
                                   max_suffix=max_suffix, replays=replays, concurrency=concurrency,
+                                  suffix=row_suffix, loss_on=loss_on, keep=keep,  # type: ignore[arg-type]
                                   splits=["train", "pretrain", *(allow_split or [])])
     except ValueError as e:
         raise typer.BadParameter(str(e).replace("\n", " ")[:300]) from None
@@ -121,6 +128,7 @@ def correct(
     card = result.card
     console.print(f"{card['corrections']} corrections from {card['sources']} failing rollouts "
                   f"({result.reused} reused); per family: {card['per_family']}; mean t* {card['mean_t_star']}")
+    console.print(f"kept / dropped (keep '{keep}') per family and locator: {card['kept']}")
     console.print(f"episodes run: {result.calls}; wrote {out / 'trajectories'} and {out / 'datasets' / 'correction_data'}")
 
 

@@ -17,21 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.budget import SpendCap
+from agents.jobs import RolloutJob
 from agents.records import ModelRole, Trajectory
 from correction.locators import make_locator
 from correction.locators.base import parse_locator
-from correction.pipeline import SuffixOptions, correct_one
+from correction.pipeline import Keep, RowOptions, SuffixOptions, correct_one
+from correction.rows import LossOn, Suffix
 from correction.records import Correction, boundary_instances, dataset_card, read_corrections, write_corrections
 from correction.runner import CachedRollouts, RolloutFn, local_rollouts
 from correction.selectors import Selector, make_selector
 from correction.selectors.base import parse_selector
 from flows.store import RunStore, atomic_write_text, content_key
 from harness.program import Harness
+
+if TYPE_CHECKING:
+    from agents.pool import RolloutPool
 
 STAGE = "correction_data"
 
@@ -55,6 +63,15 @@ class CorrectionConfig(BaseModel):
     mode: Literal["single_turn", "suffix"] = Field(default="single_turn", description="suffix: repair t*..t*+m when "
                                                    "the single corrected turn does not let the student succeed.")
     max_suffix: int = Field(default=4, ge=0, description="Suffix mode: at most t*..t*+max_suffix.")
+    suffix: Suffix = Field(default="none", description="What the training row holds after t*: none | replay (the "
+                           "student's continuation in the chosen candidate's best replay; a judge selector runs "
+                           "none, so it falls back to none, recorded) | original (the failing rollout's own turns).")
+    loss_on: LossOn = Field(default="corrected", description="corrected: loss on the corrected turn only; "
+                            "all_student: also on every student turn kept (a suffix from a replay that did not "
+                            "pass carries no loss).")
+    keep: Keep = Field(default="improved", description="improved: keep a correction only when the chosen "
+                       "candidate's mean replay score exceeds the failing rollout's score (a judge-chosen "
+                       "candidate gets one student replay for it); any: keep every chosen candidate.")
     splits: list[str] = Field(default=["train", "pretrain"], description="Splits whose rollouts may become training "
                               "rows (leakage guard); add val/test only for measurement, never for training.")
 
@@ -108,8 +125,10 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
         also = build_selector(f"judge:{config.judge}", config) if config.judge else None
         suffix = SuffixOptions(student=config.student, max_m=config.max_suffix, replays=config.replays) \
             if config.mode == "suffix" else None
+        rows = RowOptions(suffix=config.suffix, loss_on=config.loss_on, keep=config.keep, student=config.student,
+                          extra_turns=config.extra_turns)
         corr, row = await correct_one(view, harness, locator, build_selector(config.selector, config), config.expert,
-                                      run, n=config.n, also=also, suffix=suffix)
+                                      run, n=config.n, also=also, suffix=suffix, rows=rows)
     key = source_key(view, config)
     if row is not None:
         store.write_trajectories(STAGE, key, [row], harnesses=[harness])
@@ -117,11 +136,23 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
     store.mark_done(STAGE, key, {"source": view.id, "status": corr.status, "corrected": corr.corrected_trajectory_id})
 
 
+def pool_rollouts(pool: RolloutPool, executor: ThreadPoolExecutor) -> RolloutFn:
+    """A `RolloutFn` on the Ray pool: each batch streams on the pool from a thread of `executor` (several
+    streams share the pool's actors and per-server limits), so concurrent sources keep the servers busy."""
+
+    async def run(jobs: Sequence[RolloutJob]) -> list[Trajectory]:
+        return await asyncio.get_running_loop().run_in_executor(executor, pool.run, list(jobs))
+
+    return run
+
+
 def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str, Harness], config: CorrectionConfig,
-                run: RolloutFn | None = None) -> CorrectionResult:
+                run: RolloutFn | None = None, cap: SpendCap | None = None) -> CorrectionResult:
     """Correct every failing rollout (views are taken here; passing ones are skipped but count for the card's
     capability-boundary share: pass the student's samples whole); `harnesses` maps harness
-    id -> harness; `run` runs episodes (default: in this process; the flows may pass the pool's)."""
+    id -> harness; `run` runs episodes (default: in this process; the round passes the Ray pool's,
+    `pool_rollouts`). `cap`: the run's API budget, checked before every batch of episodes (BudgetSpent stops
+    the stage; every source finished before it is stored, every episode cached)."""
     boundary = boundary_instances((t.instance.id, t.passed) for t in failing)  # passing samples count here
     failing = [t for t in failing if not t.passed]
     leaked = [t for t in failing if t.instance.split not in config.splits]
@@ -132,7 +163,8 @@ def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str,
     missing = sorted({t.harness_id for t in failing} - set(harnesses))
     if missing:
         raise ValueError(f"no harness given for harness id(s) {', '.join(missing)} of the trajectories")
-    cached = CachedRollouts(run or local_rollouts(config.concurrency * 2), store.path("cache", STAGE, "x").parent)
+    cached = CachedRollouts(run or local_rollouts(config.concurrency * 2), store.path("cache", STAGE, "x").parent,
+                            cap=cap)
     done = store.done(STAGE)
     todo = [t.view() for t in failing if source_key(t, config) not in done]
 

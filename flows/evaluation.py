@@ -131,6 +131,13 @@ def collect_rollouts(config: RunConfig, run_dir: str, base_dir: str, pair_name: 
     return run_chunks(config, store, plan_pair(config, pair, Path(base_dir)), pair_name)
 
 
+def rollout_pool(config: RunConfig) -> RolloutPool:
+    """The run's Ray pool of rollout actors (`ray:` section; every server of a model is a route)."""
+    return RolloutPool(config.ray.actors, address=config.ray.address, num_cpus=config.ray.num_cpus,
+                       concurrency_per_server=config.ray.concurrency_per_server, api_bases=api_bases(config),
+                       family_limits=config.ray.family_limits)
+
+
 def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_name: str) -> CollectSummary:
     """Run the chunks not yet stored through the Ray pool, writing each when all its jobs are in."""
     log = get_run_logger()
@@ -147,9 +154,7 @@ def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_nam
     log.info("%s: %d of %d chunks to run (%d rollouts)", pair_name, len(todo), len(chunks), total - finished)
     owner = {job.key: c for c in todo for job in c.jobs}
     buckets: dict[str, list[Trajectory]] = {c.key: [] for c in todo}
-    pool = RolloutPool(config.ray.actors, address=config.ray.address, num_cpus=config.ray.num_cpus,
-                       concurrency_per_server=config.ray.concurrency_per_server, api_bases=api_bases(config),
-                       family_limits=config.ray.family_limits)
+    pool = rollout_pool(config)
     last = 0.0
     ticker = Progress(f"{pair_name} rollouts", total, finished, emit=log.info)  # done/total, ETA on the terminal
     try:

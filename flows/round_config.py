@@ -79,6 +79,19 @@ class CorrectionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    expert: str | None = Field(default=None, description="Who rewrites t*: a role name under `models` or a model "
+                               "string; null = the round's `expert` role (which always does imitation and "
+                               "evaluation). An expert asked to repair one turn should repair it in the student's "
+                               "form: the embedded default uses the SIMULATED showwork/{family} here.")
+    suffix: Literal["none", "replay", "original"] = Field(
+        default="none", description="What a training row holds after t*: none | replay (the student's continuation "
+        "in the chosen candidate's best replay) | original (the failing rollout's own turns); docs/correction.md.")
+    loss_on: Literal["corrected", "all_student"] = Field(
+        default="corrected", description="corrected (the corrected turn only) | all_student (and every student "
+        "turn kept; a suffix from a replay that did not pass carries no loss).")
+    keep: Literal["improved", "any"] = Field(
+        default="improved", description="improved: keep a correction only when the chosen candidate's mean replay "
+        "score exceeds the failing rollout's score; any: keep every chosen candidate.")
     locator: str = Field(default="counterfactual", description="counterfactual | divergence | mle_agent:MODEL")
     locator_expert: str = Field(default="oracle/{family}", description="Continues prefixes for the counterfactual: "
                                 "a role name under `models` or a model string.")
@@ -87,7 +100,8 @@ class CorrectionSettings(BaseModel):
     replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")
     extra_turns: int = Field(default=30, ge=1)
     mode: Literal["single_turn", "suffix"] = "single_turn"
-    concurrency: int = Field(default=2, ge=1)
+    concurrency: int = Field(default=8, ge=1, description="Failing rollouts corrected at once; their episodes run "
+                             "on the round's Ray pool, which bounds what is in flight per server.")
 
     @field_validator("locator")
     @classmethod
@@ -114,6 +128,10 @@ class GateSettings(BaseModel):
     allow_fit_risk: bool = Field(default=False, description="Promote even when the fit monitor flags the adapter.")
     merge: bool = Field(default=True, description="Merge the promoted adapter into the base weights (peft) as "
                                                   "the next round's student `student-r{t+1}`.")
+    rule: Literal["gain", "non_inferior"] = Field(
+        default="gain", description="'gain': promote only when the candidate's validation mean is above M_t's, "
+        "not significantly below it, and the fit check passes (a candidate equal to M_t is 'not promoted: no "
+        "gain' and the next round starts from M_t); 'non_inferior': promote unless significantly below M_t.")
 
 
 class RoundConfig(BaseModel):

@@ -67,6 +67,10 @@ class RoundContext:
     def expert(self) -> ModelRole:
         return self.config.models[self.r.expert]
 
+    def correction_expert(self) -> ModelRole:
+        """Who rewrites t*: `round.correction.expert` (a role name or a model string), else the round's expert."""
+        return correction_expert(self.config)
+
     @property
     def h_star_dir(self) -> Path:
         return self.store.root / "h_star"
@@ -82,3 +86,11 @@ class RoundContext:
 
 def round_store(run_root: Path, t: int) -> RunStore:
     return RunStore(run_root / "rounds", f"r{t}")
+
+
+def correction_expert(config: RunConfig) -> ModelRole:
+    """`round.correction.expert` as a role (a name under `models` or a model string), else the round's expert."""
+    r = config.round
+    assert r is not None
+    spec = r.correction.expert
+    return (config.models.get(spec) or ModelRole(model=spec)) if spec else config.models[r.expert]

@@ -16,14 +16,18 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.budget import SpendCap
 from agents.records import ModelRole, Trajectory
 from correction.imitation import TAG_SELF, build_imitation_set, to_student
 from correction.leakage import check_no_leakage
 from correction.mix import MixConfig, call_key, correction_item, mix, pass_rates, success_item
-from flows.correction_stage import CorrectionConfig, correct_run
+from flows.correction_stage import CorrectionConfig, correct_run, pool_rollouts
+from flows.evaluation import rollout_pool
+from flows.round_budget import spent_usd
 from flows.plan import harness_for
 from flows.round_context import PairPlan, RoundContext
 from flows.round_eval import EvalRecord, evaluate_pairs, trajectories_of
@@ -110,19 +114,28 @@ def imitation_set(ctx: RoundContext, arm: str, harness: str, expert: list[Trajec
     return _store_set(ctx, arm, harness, key, built.trajectories, card)
 
 
+def _role(ctx: RoundContext, spec: str) -> ModelRole:
+    """A role name under `models`, else a model string."""
+    return ctx.config.models.get(spec) or ModelRole(model=spec)
+
+
 def correction_config(ctx: RoundContext) -> CorrectionConfig:
     c = ctx.r.correction
-    locator_expert = ctx.config.models.get(c.locator_expert) or ModelRole(model=c.locator_expert)
-    return CorrectionConfig(student=ctx.student(), expert=ctx.expert(), locator_expert=locator_expert,
+    return CorrectionConfig(student=ctx.student(), expert=ctx.correction_expert(), locator_expert=_role(ctx, c.locator_expert),
                             locator=c.locator, selector=c.selector, n=c.n, replays=c.replays,
-                            extra_turns=c.extra_turns, mode=c.mode, concurrency=c.concurrency)
+                            extra_turns=c.extra_turns, mode=c.mode, concurrency=c.concurrency, suffix=c.suffix,
+                            loss_on=c.loss_on, keep=c.keep)
 
 
 def correction_set(ctx: RoundContext, h_star: str, samples: list[Trajectory]) -> ArmSet:
     """Correct M_t's failing train samples under h*_t, then mix corrections with its own successes."""
     harnesses: dict[str, Harness] = {h.id: h for h in (harness_for(h_star, f, ctx.base) for f in ctx.families())}
     cfg = correction_config(ctx)
-    result = correct_run(ctx.store, samples, harnesses, cfg)
+    run_root = ctx.store.root.parent.parent
+    cap = SpendCap(ctx.r.budget_usd, spent_usd(run_root), hint="Raise round.budget_usd and continue with: "
+                   f"coevo run --resume {run_root.name} --config FILE")
+    with rollout_pool(ctx.config) as pool, ThreadPoolExecutor(cfg.concurrency, "correction") as threads:
+        result = correct_run(ctx.store, samples, harnesses, cfg, run=pool_rollouts(pool, threads), cap=cap)
     by_row = {c.corrected_trajectory_id: c for c in result.corrections if c.status == "corrected"}
     items = []
     for row in result.corrected:

@@ -3,7 +3,9 @@
 1. M_t and every correction seed under h*_t on the validation split (`round.gate.val_instances` x `val_seeds`).
 2. The seed with the best validation mean is the candidate.
 3. Paired bootstrap (analysis/stats.py) of candidate - M_t over (instance, seed) units: the candidate is refused
-   when its CI lies wholly below 0 (significantly worse).
+   when its CI lies wholly below 0 (significantly worse). Under the default rule `gain` it is also refused when
+   its validation mean is not above M_t's ("not promoted: no gain": promoting no-ops accumulates drift round
+   after round); `round.gate.rule: non_inferior` keeps non-inferiority alone.
 4. The fit monitor (analysis/fit.py `fit_alarm`) on the test rollouts under h*_t: candidate vs M_t (and the
    expert); a flag refuses it unless `round.gate.allow_fit_risk`.
 5. Promoted: merged into M_t's weights (training/merge.py) as `<round>/merged/student-r{t+1}`, a promotion row
@@ -60,12 +62,17 @@ def _decide(ctx: RoundContext, val: dict[str, EvalRecord], best: int, tests: dic
     trained = trajectories_of(ctx.store, [tests[f"corr.s{best}.hstar"]])
     flag, ev = fit_alarm(trained, trajectories_of(ctx.store, [tests["M_t.hstar"]]),
                          trajectories_of(ctx.store, [tests["expert.hstar"]]), fit_cfg)
-    promoted = not below and (not flag or g.allow_fit_risk)
+    gain = val[cand].success > val["val.M_t.hstar"].success
+    no_gain = g.rule == "gain" and not gain
+    promoted = not below and not no_gain and (not flag or g.allow_fit_risk)
     why = [f"validation: candidate {val[cand].success:.3f} vs M_t {val['val.M_t.hstar'].success:.3f}, paired diff "
            f"{diff.diff:+.3f} [{diff.ci_low:+.3f}, {diff.ci_high:+.3f}] ({diff.n_units} units): "
-           + ("significantly below M_t" if below else "not significantly below M_t"),
+           + ("significantly below M_t" if below else "not significantly below M_t")
+           + (", no gain (rule 'gain': the candidate's mean must be above M_t's)" if no_gain else ""),
            f"fit: {ev.reason}" + (" -> at risk" if flag else " -> ok")
            + (" (overridden: allow_fit_risk)" if flag and g.allow_fit_risk else "")]
+    if no_gain and not below:
+        why.insert(0, "no gain")
     fit = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in ev.model_dump().items()}
     return GateRecord(promoted=promoted, reason=("PROMOTED: " if promoted else "NOT PROMOTED: ") + "; ".join(why),
                       candidate=adapter_name(ctx.t, "corr", best), best_seed=best,

@@ -17,12 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.records import ModelRole
 from flows.config import RunConfig
 from flows.round_config import STAGES, RoundConfig
+from flows.round_context import correction_expert
 
-LOCAL = ("oracle/", "flawed/")
+LOCAL = ("oracle/", "flawed/", "showwork/")
 # hosted_vllm/cpu: the micro student M0 in `make run` (2026-12-01, 2 cores, 2 actors): evaluate_arms 135 rollouts in
 # 355 s, evolve 69 in 189 s -> ~5.3 s per rollout per actor. A model with shorter episodes is faster (the random
 # tiny model: the same round in 4.5 min against the same estimate, 28 min); set round.est_rollout_s for yours.
-DEFAULT_S = {"oracle/": 1.5, "flawed/": 1.5, "hosted_vllm/cpu": 5.0, "hosted_vllm/gpu": 60.0, "api": 60.0}
+DEFAULT_S = {"oracle/": 1.5, "flawed/": 1.5, "showwork/": 1.5, "hosted_vllm/cpu": 5.0, "hosted_vllm/gpu": 60.0, "api": 60.0}
 LORA_S_PER_EXAMPLE = {"cpu": 2.0, "gpu": 20.0}
 PROMPT_TOKENS_EST = 4000
 
@@ -70,8 +71,8 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
                                             "reflector (model calls)": reflector_calls},
                   note="student rollouts <= the search budget (cached evaluations are not repeated)"),
         StagePlan(stage="evaluate_h_star", rollouts={"student": test, "expert": test}),
-        StagePlan(stage="arm_data", rollouts={"student": student_data + failing * c.n * c.replays, "expert": expert_data
-                                              + failing * c.n, "locator_expert": probes},
+        StagePlan(stage="arm_data", rollouts={"student": student_data + failing * c.n * c.replays, "expert": expert_data,
+                                              "correction_expert": failing * c.n, "locator_expert": probes},
                   note=f"correction: <= {failing} failing samples x ({c.n} rewrites + {c.n}x{c.replays} replays)"),
         StagePlan(stage="train", lora_runs=len(arms) * seeds, note=f"{len(arms)} arms x {seeds} training seeds"),
         StagePlan(stage="evaluate_arms", rollouts={"student": test * len(arms) * seeds}),
@@ -181,7 +182,7 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     plans = stage_plans(config)
     warnings, errors = check_round(config, root)
     roles: dict[str, ModelRole | None] = {"student": config.models[r.student].model_copy(update={"temperature": r.temperature}),
-             "expert": config.models[r.expert], "locator_expert": config.models.get(r.correction.locator_expert)
+             "expert": config.models[r.expert], "correction_expert": correction_expert(config), "locator_expert": config.models.get(r.correction.locator_expert)
              or ModelRole(model=r.correction.locator_expert),
              "reflector (model calls)": config.models.get("reflector")}
     lines = [f"round config: {len(config.family_names())} families ({', '.join(config.family_names())}); test "

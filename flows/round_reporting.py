@@ -19,7 +19,7 @@ from flows.round_gate import GateRecord
 from flows.round_stages import AttributeRecord, EvolveRecord, grouped
 from flows.store import atomic_write_text
 
-SIMULATED = ("flawed/",)
+SIMULATED = ("flawed/", "showwork/")
 
 
 class ReportRecord(BaseModel):
@@ -44,11 +44,16 @@ def test_frame(ctx: RoundContext, tests: dict[str, EvalRecord]) -> pl.DataFrame:
 
 def _notes(ctx: RoundContext) -> list[str]:
     notes = []
-    models = {ctx.expert().model, ctx.student().model, ctx.r.correction.locator_expert}
+    models = {ctx.expert().model, ctx.student().model, ctx.r.correction.locator_expert, ctx.correction_expert().model}
     sim = sorted(m for m in models if m.startswith(SIMULATED))
     if sim:
-        notes.append(f"SIMULATED: {', '.join(sim)} is a simulated policy (the oracle with labelled, injected faults); "
-                     "its rows are not a model's results.")
+        notes.append(f"SIMULATED: {', '.join(sim)} is a simulated policy (flawed/: the oracle with labelled, injected "
+                     "faults; showwork/: the show-your-work policy the student learned from, knowing every item); its "
+                     "rows are not a model's results.")
+    if ctx.correction_expert().model != ctx.expert().model:
+        notes.append(f"The correction arm's rewrites come from {ctx.correction_expert().model}, imitation and "
+                     f"evaluation from {ctx.expert().model}: an expert asked to solve writes its own plan; asked to "
+                     "repair one turn, it should repair it in the student's form.")
     if ctx.r.search.reflector == "library":
         notes.append("The library reflector draws on per-family knowledge cards that share keys with the flawed "
                      "policy's knowledge items: the search here tests the machinery, not the method.")

@@ -31,11 +31,13 @@ from tasks.tooling import ToolError, tool
 
 @dataclass
 class Step:
-    """One scripted answer: tool calls [(name, arguments dict or raw string)], or final text; optional delay;
+    """One scripted answer: tool calls [(name, arguments dict or raw string)] (with `content` beside them), or
+    final text; optional delay;
     `finish` overrides the finish reason (e.g. "length" for a reply cut by the token limit)."""
 
     calls: list[tuple[str, Any]] = field(default_factory=list)
     text: str = "done"
+    content: str | None = None  # text sent beside the calls (a reply that says what it does, then calls)
     sleep_s: float = 0.0
     finish: str | None = None
 
@@ -78,7 +80,7 @@ class ScriptedLLM(CustomLLM):
         if step.sleep_s:
             await asyncio.sleep(step.sleep_s)
         if step.calls:
-            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
+            message: dict[str, Any] = {"role": "assistant", "content": step.content, "tool_calls": [
                 {"id": f"s{i}_{j}", "type": "function",
                  "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
                 for j, (name, args) in enumerate(step.calls)]}

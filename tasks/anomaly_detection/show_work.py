@@ -135,7 +135,7 @@ def next_action(env: AnomalyDetectionEnv, history: Sequence[Step],
     assert window and report_key, "anomaly_detection instruction without a window or report key"
     sql = report_sql(params, '"defaults_by_kind"' in params, window.group(1), window.group(2),
                      bounds_normal="bounds_are_normal" in knows, program=program)
-    ran = [st for st in history if st.call.name == "sql_query" and st.call.arguments.get("sql") == sql]
+    ran = [st for st in history if st.call.name == "sql_query" and st.call.arguments == {"sql": sql}]
     if not ran:
         return ToolCall(name="sql_query", arguments={"sql": sql})
     if ran[-1].result.is_error:
@@ -144,6 +144,8 @@ def next_action(env: AnomalyDetectionEnv, history: Sequence[Step],
     cell = _report_cell(result)
     if cell is None:
         return FinalAnswer(text="The query found no anomalies in the window; no report uploaded.")
-    if _last_result(history, "bucket_put") is None:
+    put = [st.call.arguments for st in history if st.call.name == "bucket_put" and not st.result.is_error
+           and isinstance(st.call.arguments, dict) and st.call.arguments.get("key") == report_key.group(1)]
+    if not put or put[-1].get("content") != cell:  # none yet, or another report was put last
         return ToolCall(name="bucket_put", arguments={"key": report_key.group(1), "content": cell})
     return FinalAnswer(text=f"Uploaded the anomaly report to {report_key.group(1)}.")

@@ -87,7 +87,7 @@ def next_action(env: PayrollAuditEnv, history: Sequence[Step],
     if not applies(env.instance):
         return FinalAnswer(text="This audit has inputs the program does not read; no files written.")
     ran = [s for s in history if s.call.name == "python"]
-    if not ran:
+    if not ran or ran[-1].call.arguments != {"code": program(knows)}:  # none yet, or another program ran last
         return ToolCall(name="python", arguments={"code": program(knows)})
     if ran[-1].result.is_error or "[exit code 0]" not in ran[-1].result.content:
         return FinalAnswer(text="The audit program failed; see its output.")
