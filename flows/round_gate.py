@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.fit import FitConfig, fit_alarm
+from analysis.gate import promotion_rule
 from analysis.stats import paired_bootstrap
 from flows.registry import GateDecision, Promotion, PromotionRegistry
 from flows.round_config import adapter_name
@@ -57,22 +58,13 @@ def _decide(ctx: RoundContext, val: dict[str, EvalRecord], best: int, tests: dic
     frame = frame_of(ctx.store, list(val.values()))
     cand = f"val.corr.s{best}.hstar"
     diff = paired_bootstrap(frame, cand, "val.M_t.hstar", n_boot=g.bootstrap_samples, confidence=g.confidence)
-    below = diff.ci_high < 0
     fit_cfg = ctx.config.attribution.fit if ctx.config.attribution else FitConfig()
     trained = trajectories_of(ctx.store, [tests[f"corr.s{best}.hstar"]])
     flag, ev = fit_alarm(trained, trajectories_of(ctx.store, [tests["M_t.hstar"]]),
                          trajectories_of(ctx.store, [tests["expert.hstar"]]), fit_cfg)
-    gain = val[cand].success > val["val.M_t.hstar"].success
-    no_gain = g.rule == "gain" and not gain
-    promoted = not below and not no_gain and (not flag or g.allow_fit_risk)
-    why = [f"validation: candidate {val[cand].success:.3f} vs M_t {val['val.M_t.hstar'].success:.3f}, paired diff "
-           f"{diff.diff:+.3f} [{diff.ci_low:+.3f}, {diff.ci_high:+.3f}] ({diff.n_units} units): "
-           + ("significantly below M_t" if below else "not significantly below M_t")
-           + (", no gain (rule 'gain': the candidate's mean must be above M_t's)" if no_gain else ""),
-           f"fit: {ev.reason}" + (" -> at risk" if flag else " -> ok")
-           + (" (overridden: allow_fit_risk)" if flag and g.allow_fit_risk else "")]
-    if no_gain and not below:
-        why.insert(0, "no gain")
+    verdict = promotion_rule(diff, val[cand].success, val["val.M_t.hstar"].success, flag, ev.reason, g.rule,
+                             g.allow_fit_risk)
+    promoted, why = verdict.promoted, verdict.reasons
     fit = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in ev.model_dump().items()}
     return GateRecord(promoted=promoted, reason=("PROMOTED: " if promoted else "NOT PROMOTED: ") + "; ".join(why),
                       candidate=adapter_name(ctx.t, "corr", best), best_seed=best,

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 from correction_helpers import STUDENT, student_rollout
+from scripted_model import Step, scripted
 from typer.testing import CliRunner
 
+from agents.budget import BudgetSpent, SpendCap
 from agents.jobs import RolloutJob
 from agents.records import ModelRole
 from agents.trajectory_table import read_trajectories, write_trajectories
@@ -72,6 +74,23 @@ def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
     card = json.loads((tmp_path / "r" / "datasets" / STAGE / "card.json").read_text())
     assert card["sources"] == 2 and card["boundary_share"] == 0.0  # only failing samples given: no boundary
     assert boundary_instances([("a", True), ("a", False), ("b", False), ("c", True)]) == {"a"}
+
+
+def test_the_stage_stops_at_the_api_budget_and_keeps_its_finished_work(failing, tmp_path):
+    """A priced expert (a scripted stand-in for a paid API at $0.10 a call): the cap is checked before every batch,
+    so the stage stops inside itself; the source finished before the stop and every episode run are kept."""
+    expert, script = scripted([Step(calls=[("list_files", {})])] * 4, input_cost_per_token=1e-3)  # 100 tokens a call
+    harnesses = {baseline(t.family).id: baseline(t.family) for t in failing}
+    config = CorrectionConfig(student=ModelRole(model=STUDENT), expert=expert, n=1, replays=1, concurrency=1,
+                              keep="any", splits=["train", "test"])
+    cap = SpendCap(limit_usd=0.15, hint="raise the budget")
+    with pytest.raises(BudgetSpent, match=r"API budget \$0.15 spent \(\$0.20\); finished work is kept"):
+        correct_run(RunStore(tmp_path, "b"), failing, harnesses, config, run=local_rollouts(2), cap=cap)
+    assert len(script.seen) == 2 and len(RunStore(tmp_path, "b").done(STAGE)) == 1  # one source finished
+    again = Recorder()
+    done = correct_run(RunStore(tmp_path, "b"), failing, harnesses, config, run=again, cap=SpendCap(None))
+    assert len(script.seen) == 2, "a paid rewrite ran again"
+    assert done.reused == 1 and len(done.corrections) == 2 and again.keys  # only the unfinished source's replays
 
 
 def _text(output: str) -> str:

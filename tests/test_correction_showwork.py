@@ -1,0 +1,62 @@
+"""`showwork/<family>` (SIMULATED): from the student's own state it repairs in the student's form - the show-your-work
+policy's action knowing every knowledge item - and it is the oracle where no such policy applies. Real
+environments, the real rollout runtime and LiteLLM's custom-provider path."""
+
+from __future__ import annotations
+
+import tasks
+from agents.records import ModelRole
+from agents.rollout import Limits, run_episode
+from agents.showwork_provider import applies, repair_action
+from harness import baseline
+from tasks.code_refactor import show_work as refactor
+from tasks.payroll_audit import show_work as payroll
+from tasks.records import Step, ToolCall
+
+
+def _first(family: str, split: str, want: bool):
+    return next(i for i in tasks.instances(family, split) if applies(i) == want)
+
+
+async def _steps(env, calls: list[ToolCall]) -> list[Step]:
+    return [Step(call=c, result=await env.call(c.name, c.arguments)) for c in calls]
+
+
+async def test_after_the_student_s_wrong_program_it_runs_the_program_that_knows_the_rule():
+    fam = tasks.get("payroll_audit")
+    with fam.make_env(_first("payroll_audit", "train", True)) as env:
+        env.reset()
+        wrong = ToolCall(name="python", arguments={"code": payroll.program(frozenset())})  # no break deduction
+        history = await _steps(env, [wrong])
+        assert "[exit code 0]" in history[0].result.content and not env.verify().passed
+        action = repair_action(fam, env, history)
+        assert action == ToolCall(name="python", arguments={"code": payroll.program(payroll.ALL_KNOWN)})
+        history += await _steps(env, [action])
+        assert env.verify().passed  # the repair is the whole fix; the student only has to finish
+
+
+async def test_after_a_rename_scoped_to_the_package_it_renames_over_the_whole_repository():
+    fam = tasks.get("code_refactor")
+    inst = _first("code_refactor", "train", True)
+    old, new = refactor.rename_request(inst)
+    with fam.make_env(inst) as env:
+        env.reset()
+        scoped = refactor._commands(old, new, "billing/")  # what a student without update_every_reference does
+        history = await _steps(env, [ToolCall(name="shell", arguments={"command": c}) for c in scoped])
+        action = repair_action(fam, env, history)
+        assert action == ToolCall(name="shell", arguments={"command": refactor._commands(old, new)[0]})
+
+
+async def test_served_as_a_model_it_solves_with_the_policy_or_the_oracle():
+    for family, want in (("code_refactor", True), ("payroll_audit", False), ("stock_alert", False)):
+        inst = _first(family, "val", want) if family != "stock_alert" else tasks.instances(family, "val")[0]
+        env = tasks.make_env(inst)
+        try:
+            t = await run_episode(ModelRole(model=f"showwork/{family}"), baseline(family), env, seed=0,
+                                  limits=Limits(max_turns=20))
+        finally:
+            env.close()
+        assert t.passed, (family, t.verdict.feedback)
+        calls = [c.name for turn in t.turns for c in turn.tool_calls]
+        if family == "code_refactor":  # the show-your-work program, not the oracle's edits
+            assert calls == ["shell", "shell", "shell"]
