@@ -2,7 +2,9 @@
 
 GEPA calls `EditProposer(candidate, reflective_dataset, components)` once per iteration. The reflector sees
 the parent harness and the minibatch evidence; its edits apply one by one, and each that does not validate
-(or changes nothing) is rejected with its error and counted, never evaluated. No valid edit = no child:
+(or changes nothing) is rejected with its error and counted, never evaluated; so is each edit the edit guard
+refuses (guard.py: it copies a train/val instance's data, names a foreign tool, sends the student outside its
+task or carries transcript), with the reason in the ledger. No valid edit = no child:
 GEPA then spends nothing on evaluating it. Every call is logged to a JSON-lines ledger (the lineage's edits
 and rationales come from there) and its reflector cost is added to `total_cost`, which GEPA's
 reflection-cost stopper reads. The proposer also listens to GEPA's callbacks for the iteration number (its
@@ -21,8 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.evolution.adapter import dataset_from_gepa, decode, encode
+from harness.evolution.guard import EditGuard
 from harness.evolution.protocols import Reflector
-from harness.evolution.records import ProposalBudget, ProposalLog, RejectedEdit, apply_proposed
+from harness.evolution.records import (ProposalBudget, ProposalLog, ProposedEdit, ReflectiveDataset, RejectedEdit,
+                                       apply_proposed, edit_json)
+from harness.program import Harness
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +36,9 @@ class EditProposer:
     """GEPA `ProposalFn` + callback; see the module docstring."""
 
     def __init__(self, reflector: Reflector, family: str, budget: ProposalBudget, search_seed: int,
-                 ledger_path: str | Path, max_cost_usd: float | None = None) -> None:
+                 ledger_path: str | Path, max_cost_usd: float | None = None, guard: EditGuard | None = None) -> None:
         self.reflector = reflector
+        self.guard = guard
         self.family = family
         self.budget = budget
         self.search_seed = search_seed
@@ -66,8 +72,10 @@ class EditProposer:
         edits = list(proposal.edits)
         over = [RejectedEdit(raw=pe.model_dump_json()[:2000], error=f"over the budget of {budget.max_edits} edits")
                 for pe in edits[budget.max_edits:]]
-        child, applied, invalid = apply_proposed(parent, edits[: budget.max_edits])
-        rejected = [*proposal.rejected, *invalid, *over]
+        kept, refused = self.screen(parent, edits[: budget.max_edits], dataset)
+        child, applied, invalid = apply_proposed(parent, kept)
+        rejected = [*proposal.rejected, *refused, *invalid, *over]
+        self.counts["edits_refused"] += len(refused)
         self.counts["edits_proposed"] += len(edits) + len(proposal.rejected)
         self.counts["edits_applied"] += len(applied)
         self.counts["edits_rejected"] += len(rejected)
@@ -77,6 +85,21 @@ class EditProposer:
                               cost_usd=proposal.cost_usd, attempts=proposal.attempts,
                               status="proposed" if ok else "no_valid_edit"))
         return encode(child) if ok else {}
+
+    def screen(self, parent: Harness, edits: list[ProposedEdit],
+               dataset: ReflectiveDataset) -> tuple[list[ProposedEdit], list[RejectedEdit]]:
+        """(edits the guard lets through, the refused ones with every reason); all pass without a guard."""
+        if self.guard is None:
+            return edits, []
+        kept, refused = [], []
+        for pe in edits:
+            reasons = self.guard.check(parent, pe.edit, dataset)
+            if not reasons:
+                kept.append(pe)
+                continue
+            log.warning("%s search: edit refused: %s", self.family, "; ".join(reasons)[:500])
+            refused.append(RejectedEdit(raw=edit_json(pe.edit)[:2000], error="refused: " + "; ".join(reasons)[:2000]))
+        return kept, refused
 
     # --- GEPA callback ----------------------------------------------------------------------------
     def on_iteration_start(self, event: Mapping[str, Any]) -> None:

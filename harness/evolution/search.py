@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.diffs import diff
 from harness.evolution.adapter import HarnessAdapter, decode, encode
 from harness.evolution.cache import CachedEvaluator
+from harness.evolution.guard import EditGuard
 from harness.evolution.lineage import build_lineage, reconstruct, validation_curve, write_lineage
 from harness.evolution.proposer import EditProposer, read_ledger
 from harness.evolution.protocols import Reflector
@@ -163,11 +164,11 @@ def _batch_sampler(config: SearchConfig, seed: int) -> EpochSampler | Informativ
 
 def _run_seed(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], evaluator: CachedEvaluator,
               reflector: Reflector, config: SearchConfig, seed: int, seed_dir: Path,
-              callbacks: Sequence[Any] = ()) -> list[EvolutionCandidate]:
+              callbacks: Sequence[Any] = (), guard: EditGuard | None = None) -> list[EvolutionCandidate]:
     """One GEPA run (resumed from `seed_dir/gepa` when it exists); returns its lineage."""
     budget = ProposalBudget(max_edits=config.max_edits, max_retries=config.max_retries)
     proposer = EditProposer(reflector, config.family, budget, seed, seed_dir / "proposals.jsonl",
-                            max_cost_usd=config.budget_reflector_usd)
+                            max_cost_usd=config.budget_reflector_usd, guard=guard)
     stoppers: list[Any] = []
     if config.budget_reflector_usd is not None:
         stoppers.append(MaxReflectionCostStopper(config.budget_reflector_usd, reflection_lm=proposer))
@@ -206,19 +207,24 @@ def _summary(seed: int, seed_dir: Path, lineage: list[EvolutionCandidate]) -> Se
 
 def run_search(h0: Harness, train: Sequence[EvalItem], val: Sequence[EvalItem], evaluator: CachedEvaluator,
                reflector: Reflector, config: SearchConfig, out_dir: str | Path,
-               callbacks: Sequence[Any] = ()) -> SearchResult:
+               callbacks: Sequence[Any] = (), guard: EditGuard | None = None) -> SearchResult:
     """All search seeds (each resumed where it stopped), then h*, the lineage and the diff in `out_dir`.
 
     `callbacks`: extra gepa callbacks (objects with any of gepa's `on_*` methods, e.g. a progress display).
+    `guard`: what screens every proposed edit (guard.py); default: `EditGuard.for_search` over the train and
+    validation instances, so an edit that copies their data is refused and logged in the proposal ledger.
     """
     check_budget(config, len(train), len(val))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     h0.dump(out / "h0.yaml")
     hits0, misses0 = evaluator.hits, evaluator.misses
+    if guard is None:
+        seen = {i.instance.id: i.instance for i in [*train, *val]}
+        guard = EditGuard.for_search(h0, config.family, list(seen.values()))
 
     def one(seed: int) -> list[EvolutionCandidate]:
-        return _run_seed(h0, train, val, evaluator, reflector, config, seed, out / f"seed{seed}", callbacks)
+        return _run_seed(h0, train, val, evaluator, reflector, config, seed, out / f"seed{seed}", callbacks, guard)
 
     if config.concurrent_seeds and config.seeds > 1:
         with ThreadPoolExecutor(max_workers=config.seeds, thread_name_prefix="search-seed") as ex:
