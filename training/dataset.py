@@ -127,12 +127,20 @@ class BuiltDataset(BaseModel):
     manifest: Manifest
 
 
-def load_tokenizer(model_dir: str | Path, chat_template: str | Path | None = None) -> Any:
+def load_tokenizer(model_dir: str | Path, chat_template: str | Path | None = None,
+                   template_kwargs: Mapping[str, bool | int | str] | None = None) -> Any:
+    """The tokenizer with the template the server renders with; `template_kwargs` are the variables the server
+    fixes for every request (vLLM --default-chat-template-kwargs, e.g. enable_thinking=False), written into the
+    template as defaults so every rendering here uses them (and the tokenizer fingerprint covers them)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     if chat_template is not None:
         tok.chat_template = Path(chat_template).read_text()
+    if template_kwargs and tok.chat_template:
+        defaults = "".join(f"{{%- if {k} is not defined %}}{{%- set {k} = {json.dumps(v)} %}}{{%- endif %}}"
+                           for k, v in sorted(template_kwargs.items()))
+        tok.chat_template = defaults + tok.chat_template
     if not tok.chat_template:
         raise ValueError(f"{model_dir} has no chat template; pass chat_template=PATH (a .jinja file)")
     return tok

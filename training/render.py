@@ -18,6 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+# End-of-turn tokens a model writes to end its turn, besides the tokenizer's eos (Gemma 4's <turn|>, and the
+# <|tool_response> its tool-calling turns end with): training trains through the last one in a turn.
+END_OF_TURN = ("<|im_end|>", "<turn|>", "<|tool_response>", "<end_of_turn>", "<|eot_id|>")
 MaskMode = Literal["assistant", "turns", "last"]
 MASK_MODES: tuple[str, ...] = ("assistant", "turns", "last")
 IGNORE = -100
@@ -63,6 +66,12 @@ def _check_prefix(prev: list[int], nxt: list[int], what: str, tokenizer: Any) ->
     )
 
 
+def end_of_turn_ids(tokenizer: Any) -> set[int]:
+    """The eos id and the ids of the END_OF_TURN tokens this tokenizer holds as added tokens."""
+    added = getattr(tokenizer, "added_tokens_encoder", None) or {}
+    return {tokenizer.eos_token_id, *(added[t] for t in END_OF_TURN if t in added)}
+
+
 def select_turns(mode: MaskMode, n_turns: int, turns: list[int] | tuple[int, ...] | None) -> tuple[int, ...]:
     if mode == "assistant":
         return tuple(range(n_turns))
@@ -91,9 +100,9 @@ def render(
 
     Messages after the last assistant turn are left out: no loss could reach them (causal attention).
     """
-    eos_id = tokenizer.eos_token_id
-    if eos_id is None:
+    if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos_token: cannot find the end-of-turn token to train on")
+    ends = end_of_turn_ids(tokenizer)
     positions = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if not positions:
         raise MaskSelectionError("no assistant turn to train on")
@@ -109,10 +118,11 @@ def render(
         full = _ids(tokenizer, messages[: i + 1], tools, False, chat_template)
         _check_prefix(head, full, f"{where} body", tokenizer)
         body = full[len(head):]
-        if eos_id not in body:
+        last = max((j for j, x in enumerate(body) if x in ends), default=None)
+        if last is None:
             raise PrefixStabilityError(f"{where}: the template wrote no end-of-turn token {tokenizer.eos_token!r}")
         # Train through the last end-of-turn token; a trailing newline the template adds is not generated.
-        end = len(head) + len(body) - body[::-1].index(eos_id)
+        end = len(head) + last + 1
         spans.append((len(head), end))
         prev, prev_what = full, where
 
