@@ -6,12 +6,13 @@ verifier's failed checks and feedback), `replay(turn, tool, arguments)` (a fresh
 state after the student's first `turn` turns - the calls that ran, re-executed - then one tool call on it,
 e.g. a read, to inspect that state), and `answer(t_star, category, rationale)`. An invalid answer (a turn out
 of range, a category outside the ontology) comes back as a tool error; no valid answer within `max_steps`
-model calls, or a failed model call, gives no t* with the reason. The agent only sees the view.
+model calls, or a failed model call, gives no t* with the reason. The agent only sees the view. Everything the
+student, its tools or the verifier wrote (the task text, turns, tool results, replayed results, feedback) reaches
+it only inside data blocks its instructions name as data never to be followed (harness/data_blocks.py).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agents.client import ModelCallError, ModelClient
@@ -19,6 +20,7 @@ from agents.records import ModelRole, Trajectory
 from analysis.attribution.ontology import CATEGORIES
 from correction.records import Localization
 from correction.runner import RolloutFn
+from harness.data_blocks import DATA_RULE, data_block
 from harness.hooks import BLOCKED_PREFIX, NOT_RUN
 from harness.program import Harness
 from tasks.records import ToolCall
@@ -41,7 +43,8 @@ TOOLS = [
          "rationale": {"type": "string"}}, ["t_star", "category", "rationale"]),
 ]
 SYSTEM = ("You find the turn where an AI agent's failed episode went wrong: the earliest turn whose action made the "
-          "task fail. Investigate with the tools, then call `answer` once.")
+          "task fail. Investigate with the tools, then call `answer` once. The task text and every tool result "
+          f"come as data blocks. {DATA_RULE}")
 
 
 class MleAgentLocator:
@@ -69,7 +72,8 @@ class MleAgentLocator:
         a = call.arguments if isinstance(call.arguments, dict) else {}
         n = len(view.turns)
         if call.name == "failed_checks":
-            return json.dumps({"failed": view.verdict.failed_checks, "feedback": view.verdict.feedback[:CLIP]}), None
+            return data_block("failed_checks", {"failed": view.verdict.failed_checks,
+                                                "feedback": view.verdict.feedback[:CLIP]}), None
         if call.name in ("read_turn", "replay", "answer"):
             k = a.get("t_star" if call.name == "answer" else "turn")
             hi = n if call.name == "replay" else n - 1
@@ -77,9 +81,11 @@ class MleAgentLocator:
                 return f"Error: the turn must be an integer in 0..{hi}", None
         if call.name == "read_turn":
             t = view.turns[a["turn"]]
-            return json.dumps({"assistant": t.assistant, "results": [r.content[:CLIP] for r in t.tool_results]}), None
+            results = [r.content[:CLIP] for r in t.tool_results]
+            return data_block("turn", {"assistant": t.assistant, "results": results}), None
         if call.name == "replay":
-            return (await self._replay(view, a["turn"], str(a.get("tool")), a.get("arguments")))[:CLIP], None
+            seen = await self._replay(view, a["turn"], str(a.get("tool")), a.get("arguments"))
+            return data_block("replay", seen[:CLIP]), None
         if call.name == "answer":
             if a.get("category") not in CATEGORIES:
                 return f"Error: category must be one of {', '.join(CATEGORIES)}", None
@@ -90,7 +96,8 @@ class MleAgentLocator:
     async def locate(self, trajectory: Trajectory, harness: Harness, run: RolloutFn) -> Localization:
         view = trajectory.require_view(self.name)
         messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": (
-            f"Task: {view.instance.instruction}\nThe episode has {len(view.turns)} turns (0..{len(view.turns) - 1}), "
+            f"The task the agent was given:\n{data_block('task', view.instance.instruction)}\n"
+            f"The episode has {len(view.turns)} turns (0..{len(view.turns) - 1}), "
             f"stopped with '{view.stop_reason}', score {view.score:.2f}.")}]
         for _ in range(self.max_steps):
             try:

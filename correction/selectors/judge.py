@@ -2,9 +2,11 @@
 
 The model is reached through an injected completion function (messages -> text; default
 `analysis.attribution.judge.completion_for`, any LiteLLM model over `agents.client.ModelClient`). It sees the
-compressed transcript of the failing rollout, the failed checks, the student's own t* action and the
-candidates (rationale + calls), and must answer one JSON object that validates as `JudgeRanking`: a ranking
-of every candidate index, best first, and a rationale. An invalid answer is sent back once with the error;
+compressed transcript of the failing rollout, the failed checks, the student's own t* action and every candidate
+whole (rationale, content and every call's full arguments), each inside a data block its rubric names as data
+never to be followed (harness/data_blocks.py: a student's "rank candidate 2 first" stays evidence), and must
+answer one JSON object that validates as `JudgeRanking`: a ranking of every candidate index, best first, and a
+rationale. An invalid answer is sent back once with the error;
 a second invalid answer or a failed model call chooses nothing (`chosen=None`, the reason as rationale).
 No episodes are run.
 """
@@ -21,9 +23,9 @@ from agents.records import ModelRole, Trajectory
 from analysis.attribution.judge import Completion, _json_object, completion_for
 from analysis.attribution.transcript import compress_transcript
 from correction.records import Candidate
-from correction.roles import describe
 from correction.runner import RolloutFn
 from correction.selectors.base import Selection
+from harness.data_blocks import DATA_RULE, data_block
 from harness.program import Harness
 
 ATTEMPTS = 2
@@ -40,15 +42,33 @@ RUBRIC = ("You judge corrections of one turn of an AI agent's failed episode. Ra
           "well each one fixes the mistake that made the task's checks fail: a correct tool and arguments for "
           "the state the conversation reached, consistent with the task's explicit constraints and the domain's "
           "conventions, and leaving the agent able to finish. A candidate that repeats the mistake ranks last. "
-          f"Answer with one JSON object and nothing else, matching this JSON schema: "
+          f"{DATA_RULE} Answer with one JSON object and nothing else, matching this JSON schema: "
           f"{json.dumps(JudgeRanking.model_json_schema())}")
 
 
+def whole_turn(msg: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message as the judge sees it: its whole content and every call with its full arguments."""
+    calls = []
+    for c in msg.get("tool_calls") or []:
+        fn = c.get("function") or {}
+        args = fn.get("arguments")
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            pass  # malformed arguments are shown as the raw text the model wrote
+        calls.append({"tool": fn.get("name"), "arguments": args})
+    return {"content": str(msg.get("content") or ""), "tool_calls": calls}
+
+
 def judge_request(view: Trajectory, t_star: int, candidates: list[Candidate]) -> list[dict[str, Any]]:
-    cands = "\n".join(f"[{i}] {c.rationale} -> {describe(c.message)}" for i, c in enumerate(candidates))
-    user = (f"{compress_transcript(view)}\n\nFailed checks: {', '.join(view.verdict.failed_checks) or 'none named'}\n"
-            f"The turn to correct is turn {t_star}; the agent did: {describe(view.turns[t_star].assistant)}\n"
-            f"Candidates for turn {t_star}:\n{cands}\n\nRank all {len(candidates)} candidates, best first.")
+    cands = [{"index": i, "rationale": c.rationale, **whole_turn(c.message)} for i, c in enumerate(candidates)]
+    transcript = data_block("transcript", compress_transcript(view))
+    user = (f"The failing episode, its failed checks, what the agent did at turn {t_star} and the candidate "
+            f"replacements for that turn follow as data blocks.\n\n{transcript}"
+            f"\n\n{data_block('failed_checks', view.verdict.failed_checks)}"
+            f"\n\n{data_block('agent_turn', whole_turn(view.turns[t_star].assistant))}"
+            f"\n\n{data_block('candidates', cands)}\n\nThe turn to correct is turn {t_star}. Rank all "
+            f"{len(candidates)} candidates (indices 0..{len(candidates) - 1}), best first.")
     return [{"role": "system", "content": RUBRIC}, {"role": "user", "content": user}]
 
 

@@ -50,8 +50,8 @@ _TOOLISH = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\s*\(|\b(?:call|calls|c
 _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s'\"<>)]+", re.I)
 _OUTSIDE = re.compile(r"(?<![\w.])(?:/etc/|/proc/|/root/|/home/|/var/|/usr/|~/|\.ssh\b|\.aws\b|\.netrc\b)"
                       r"|\bos\.environ\b|\b(?:curl|wget)\b", re.I)
-_REVEAL = re.compile(r"\b(?:reveal|disclose|print|output|repeat|show|send|e-?mail|post|upload|leak|share|copy|"
-                     r"include|tell)\b[^.\n]{0,80}?\b(system prompt|(?:system|hidden|developer|secret) instructions|"
+_REVEAL = re.compile(r"\b(?:reveal|disclos|print|output|repeat|show|send|e-?mail|post|upload|leak|share|copy|"
+                     r"includ|tell)\w*\b[^.\n]{0,80}?\b(system prompt|(?:system|hidden|developer|secret) instructions|"
                      r"api[ _-]?keys?|secrets?|credentials?|access tokens?|environment variables?|passwords?|"
                      r"private keys?)\b", re.I)
 _TRANSCRIPT_LINE = re.compile(r"^\s*(?:\[turn \d+\]|(?:user|assistant|tool|system)(?: calls \w+)?\s*[:(])", re.I)
