@@ -5,6 +5,7 @@ corpus, a Qwen-style chat template (deploy/tiny/chat_template.jinja) and randoml
 Nothing is ever downloaded. head_dim is 64 because vLLM's CPU attention rejects smaller heads.
 
     coevo model tiny --out .cache/tiny-model --seed 0
+    coevo model tiny --moe --out .cache/tiny-moe      # the Qwen3-MoE twin (fused experts in transformers 5)
 """
 
 from __future__ import annotations
@@ -124,6 +125,46 @@ def build_tiny_model(out: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
     model.generation_config = GenerationConfig(
         eos_token_id=[config.eos_token_id, tokenizer.pad_token_id], pad_token_id=tokenizer.pad_token_id
     )
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / "tiny_model_spec.json").write_text(spec.model_dump_json(indent=2))
+    return out
+
+
+class TinyMoeSpec(TinyModelSpec):
+    """The tiny model's MoE twin (Qwen3-MoE architecture, the paper's student's): every layer routes each token to
+    `experts_per_token` of `num_experts` experts; transformers 5 keeps them fused (experts.gate_up_proj, down_proj)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_experts: int = Field(default=4, ge=2, description="Routed experts per layer.")
+    experts_per_token: int = Field(default=2, ge=1, description="Experts each token is routed to (top-k).")
+    moe_intermediate_size: int = Field(default=64, ge=8, description="Hidden width of one expert's MLP.")
+
+
+def build_tiny_moe(out: Path, spec: TinyMoeSpec = TinyMoeSpec()) -> Path:
+    """The tiny MoE (same tokenizer and chat template as the dense tiny model): ~0.54M parameters, 0.26M of them in
+    the experts. Written with per-expert keys (transformers' save format), which vLLM loads."""
+    import torch
+    from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(spec)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        moe_intermediate_size=spec.moe_intermediate_size, num_experts=spec.num_experts,
+        num_experts_per_tok=spec.experts_per_token, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, torch_dtype="float32",
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen3MoeForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[eos, tokenizer.pad_token_id],
+                                               pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "tiny_model_spec.json").write_text(spec.model_dump_json(indent=2))

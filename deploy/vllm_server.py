@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+GPU_VLLM_PYTHON = REPO_ROOT / ".venv-vllm-gpu" / "bin" / "python"  # `make setup GPU=1` (docs/gpu.md)
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "servers"
 
 
@@ -57,10 +58,31 @@ class ServeSpec(BaseModel):
     max_lora_rank: int = Field(default=64, ge=1)
     max_loras: int = Field(default=4, ge=1, description="Adapters resident at once.")
     tensor_parallel_size: int = Field(default=1, ge=1, description="GPU only: GPUs per server.")
+    gpus: list[int] | None = Field(default=None, description="GPU only: the node's GPU ids this server runs on "
+                                   "(its CUDA_VISIBLE_DEVICES), one per tensor-parallel rank; the round's placement "
+                                   "check (flows/placement.py) refuses a GPU server without them.")
+    sleep_mode: bool = Field(default=False, description="GPU only: start with --enable-sleep-mode so the round can "
+                             "put the server to sleep (weights offloaded to CPU RAM, KV cache freed) while LoRA "
+                             "trains on its GPUs. Needs VLLM_SERVER_DEV_MODE=1 (set here), whose /sleep and /wake_up "
+                             "routes vLLM does not guard with the API key: loopback hosts only.")
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="GPU only.")
     cpu_kvcache_gib: int = Field(default=1, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB).")
     seed: int = 0
     extra_args: list[str] = Field(default_factory=list, description="Passed verbatim to the server.")
+
+    @model_validator(mode="after")
+    def _gpu_settings(self) -> "ServeSpec":
+        if self.device == "cpu" and (self.gpus is not None or self.sleep_mode):
+            raise ValueError(f"server '{self.name}': gpus and sleep_mode are GPU settings (device is cpu)")
+        if self.gpus is not None:
+            if len(self.gpus) != self.tensor_parallel_size or len(set(self.gpus)) != len(self.gpus) \
+                    or any(g < 0 for g in self.gpus):
+                raise ValueError(f"gpus: {self.gpus} must be {self.tensor_parallel_size} distinct GPU ids >= 0, one "
+                                 f"per tensor_parallel_size rank (server '{self.name}')")
+        if self.sleep_mode and not is_loopback(self.host):
+            raise ValueError(f"sleep_mode: server '{self.name}' binds {self.host}, but vLLM's /sleep and /wake_up "
+                             "routes (VLLM_SERVER_DEV_MODE) are not guarded by the API key; use a loopback host")
+        return self
 
     @model_validator(mode="after")
     def _exposed_needs_a_key(self) -> "ServeSpec":
@@ -73,6 +95,19 @@ class ServeSpec(BaseModel):
     def api_base(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
+    def template_file(self) -> str | None:
+        """The Jinja file the server renders with (ours by name or `auto`, else the given path; None = the
+        tokenizer's own)."""
+        from deploy.chat_templates import resolve_template
+
+        return resolve_template(self.chat_template, self.model)
+
+    def template_kwargs(self) -> dict[str, bool]:
+        """Chat-template variables fixed for every request (and for training's rendering)."""
+        from deploy.chat_templates import template_kwargs
+
+        return template_kwargs(self.enable_thinking)
+
     def api_key(self) -> str | None:
         """The key the server requires (read from `api_key_env` now); None for a server without one."""
         if not self.api_key_env:
@@ -82,7 +117,8 @@ class ServeSpec(BaseModel):
             raise ServerStartError(f"server '{self.name}': environment variable {self.api_key_env} (api_key_env) is not set")
         return value
 
-    def command(self, python: Path = DEFAULT_VLLM_PYTHON) -> list[str]:
+    def command(self, python: Path | None = None) -> list[str]:
+        python = python or vllm_python(self.device)
         cmd = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.model, "--served-model-name", self.name,
@@ -100,19 +136,6 @@ class ServeSpec(BaseModel):
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
-    def template_file(self) -> str | None:
-        """The Jinja file the server renders with (ours by name or `auto`, else the given path; None = the
-        tokenizer's own)."""
-        from deploy.chat_templates import resolve_template
-
-        return resolve_template(self.chat_template, self.model)
-
-    def template_kwargs(self) -> dict[str, bool]:
-        """Chat-template variables fixed for every request (and for training's rendering)."""
-        from deploy.chat_templates import template_kwargs
-
-        return template_kwargs(self.enable_thinking)
-
         if self.device == "cpu":
             # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a request that carries
             # a seed is prefilled in chunks; whole-prompt prefill avoids it (reproduced: 24 concurrent seeded
@@ -121,6 +144,8 @@ class ServeSpec(BaseModel):
             cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         if self.device == "gpu":
             cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+            if self.sleep_mode:
+                cmd += ["--enable-sleep-mode"]
             if self.gpu_memory_utilization:
                 cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         return cmd + list(self.extra_args)
@@ -135,6 +160,11 @@ class ServeSpec(BaseModel):
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         if self.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        env.pop("VLLM_SERVER_DEV_MODE", None)
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        if self.sleep_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # registers /sleep, /wake_up (loopback only: see `sleep_mode`)
         return env
 
 
@@ -182,10 +212,11 @@ def start_server(
     spec: ServeSpec,
     *,
     state_dir: Path = DEFAULT_STATE_DIR,
-    python: Path = DEFAULT_VLLM_PYTHON,
+    python: Path | None = None,
     ready_timeout_s: float = 300.0,
 ) -> ServerHandle:
     """Start a server and block until `/v1/models` answers. Raises with the log tail if it dies."""
+    python = python or vllm_python(spec.device)
     if not Path(python).exists():
         raise ServerStartError(f"{python} not found: run `make setup` to create .venv-vllm")
     key = spec.api_key()
@@ -255,11 +286,29 @@ def stop_server(port: int, *, state_dir: Path = DEFAULT_STATE_DIR, grace_s: floa
     return True
 
 
+def vllm_python(device: str) -> Path:
+    """The venv a server runs from: `.venv-vllm-gpu` (CUDA build) for GPU servers when it exists, else `.venv-vllm`."""
+    return GPU_VLLM_PYTHON if device == "gpu" and GPU_VLLM_PYTHON.exists() else DEFAULT_VLLM_PYTHON
+
+
+def is_3d_moe_adapter(path: str | Path) -> bool:
+    """An adapter on fused MoE expert weights (peft `target_parameters`): vLLM loads it on a 2-D MoE model only
+    with `is_3d_lora_weight` on the request and --enable-mixed-moe-lora-format on the server."""
+    try:
+        cfg = json.loads((Path(path) / "adapter_config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(cfg.get("target_parameters"))
+
+
 def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 120.0, api_key: str | None = None) -> None:
     """Hot-load a PEFT adapter under a versioned name (e.g. student@r1); idempotent for the same name."""
+    body: dict[str, object] = {"lora_name": name, "lora_path": str(Path(path).resolve())}
+    if is_3d_moe_adapter(path):
+        body["is_3d_lora_weight"] = True  # vllm/lora/model_manager.py: _validate_moe_lora_format
     r = httpx.post(
         f"{api_base.rstrip('/')}/load_lora_adapter",
-        json={"lora_name": name, "lora_path": str(Path(path).resolve())},
+        json=body,
         timeout=timeout, headers=auth_headers(api_key),
     )
     if r.status_code != 200 and "already been loaded" not in r.text:
@@ -271,6 +320,25 @@ def unload_adapter(api_base: str, name: str, timeout: float = 60.0, api_key: str
                    headers=auth_headers(api_key))
     if r.status_code != 200:
         raise RuntimeError(f"unloading adapter {name} failed ({r.status_code}): {r.text[:500]}")
+
+
+def _server_root(api_base: str) -> str:
+    return api_base.rstrip("/").removesuffix("/v1")
+
+
+def sleep(api_base: str, level: int = 1, timeout: float = 300.0) -> None:
+    """Put a sleep-mode server to sleep: level 1 offloads the weights to CPU RAM and frees the KV cache; `wake_up`
+    restores them. GPU servers started with `sleep_mode` only (vLLM CPU has no sleep mode)."""
+    r = httpx.post(f"{_server_root(api_base)}/sleep", params={"level": level}, timeout=timeout)
+    if r.status_code != 200:
+        raise RuntimeError(f"putting {api_base} to sleep failed ({r.status_code}): {r.text[:300]} (started with "
+                           "sleep_mode? vLLM registers /sleep only under VLLM_SERVER_DEV_MODE=1)")
+
+
+def wake_up(api_base: str, timeout: float = 300.0) -> None:
+    r = httpx.post(f"{_server_root(api_base)}/wake_up", timeout=timeout)
+    if r.status_code != 200:
+        raise RuntimeError(f"waking {api_base} failed ({r.status_code}): {r.text[:300]}")
 
 
 def served_models(api_base: str, api_key: str | None = None) -> list[str]:

@@ -26,12 +26,15 @@ serve_app = typer.Typer(help="vLLM servers (CPU build or GPU) with runtime LoRA 
 def model_tiny(
     out: Annotated[Path, typer.Option(help="Output directory for weights, tokenizer and chat template.")],
     seed: Annotated[int, typer.Option(help="Seed: same seed, byte-identical weights and tokenizer.")] = 0,
+    moe: Annotated[bool, typer.Option(help="Build the Qwen3-MoE twin instead (4 experts, top-2, fused in "
+                                           "transformers 5).")] = False,
 ) -> None:
     """Build the tiny Qwen3-architecture model (~0.5M parameters, head_dim 64) with a locally trained tokenizer."""
     if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
         fail(f"--out: {out} is not a directory path (a file is in the way)")
-    with console.status(f"building tiny model (seed {seed})"):
-        path = tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=seed))
+    with console.status(f"building tiny {'MoE ' if moe else ''}model (seed {seed})"):
+        path = (tiny_model.build_tiny_moe(out, tiny_model.TinyMoeSpec(seed=seed)) if moe
+                else tiny_model.build_tiny_model(out, tiny_model.TinyModelSpec(seed=seed)))
     console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
 
 

@@ -107,11 +107,22 @@ def run_rounds(config: RunConfig, rounds: int = 1, run_id: str | None = None, fr
         raise ConfigError(f"--from-stage: unknown stage '{from_stage}'; stages: {', '.join(STAGES)}")
     base = (base or Path.cwd()).resolve()
     preflight(config, base)
+    _refuse_placement(config, base)
     run_id = run_id or new_run_id(config.name)
     run = RunStore(base / config.runs_dir, run_id)
     with RunLock(run.root):
         run.save_config(config.model_dump(mode="json"))
         return _rounds_locked(config, run, rounds, from_stage, base)
+
+
+def _refuse_placement(config: RunConfig, base: Path) -> None:
+    """GPU placement and LoRA serving, refused before any server starts or any LoRA trains (flows/placement.py)."""
+    from flows.placement import check_lora_serving, require_placement
+
+    require_placement(config, base)
+    errors, _ = check_lora_serving(config, base)
+    if errors:
+        raise ConfigError("\n".join(errors))
 
 
 def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: str | None, base: Path) -> RunResult:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from correction.locators.base import parse_locator
 from correction.selectors.base import parse_selector
+from flows.placement import PlacementSettings
 from harness.evolution import parse_strategy
 from training.config import LengthRule, TrainConfig
 
@@ -157,6 +158,8 @@ class RoundConfig(BaseModel):
     gate: GateSettings = Field(default_factory=GateSettings)
     budget_usd: float | None = Field(default=None, gt=0, description="Run-level dollars for API roles (expert, "
                                      "reflector, locator, judge): spent -> the round stops cleanly, resumable.")
+    placement: PlacementSettings = Field(default_factory=PlacementSettings, description="The train stage's GPUs "
+                                         "and what the student's server does while LoRA trains (flows/placement.py)")
     accelerate_config: str | None = Field(default=None, description="accelerate config (relative to the repo "
                                           "root, or absolute): the train stage runs `accelerate launch` with it "
                                           "(multi-GPU or multi-process LoRA; checked by --dry-run against the "

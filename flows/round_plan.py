@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import ModelRole
 from flows.config import RunConfig
+from flows.placement import check_lora_serving, check_placement
 from flows.round_config import STAGES, RoundConfig
+from training.targets import model_layout
 from flows.round_context import correction_expert
 
 LOCAL = ("oracle/", "flawed/", "showwork/")
@@ -148,9 +150,29 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
                             f"{r.length.max_len}: evaluated contexts are shorter than trained ones")
     if r.accelerate_config and (root / r.accelerate_config).is_file():
         errors += _check_accelerate(config, root / r.accelerate_config, spec.device if spec else "cpu")
+        errors += _check_fsdp_wrap(root / r.accelerate_config, root / r.student_weights)
     elif spec is not None and spec.device == "gpu":
         warnings.append("round.accelerate_config is unset: LoRA trains in the flow's own process (one device)")
-    return warnings, errors
+    placed = check_placement(config, root)
+    serve_errors, serve_warnings = check_lora_serving(config, root)
+    return warnings + placed.warnings + serve_warnings, errors + placed.errors + serve_errors
+
+
+def _check_fsdp_wrap(path: Path, weights: Path) -> list[str]:
+    """An FSDP config that names a wrap class must name the student's decoder layer (the train stage passes the
+    model's own class to `accelerate launch` when the config names none)."""
+    try:
+        acc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []  # _check_accelerate reports it
+    named = (acc.get("fsdp_config") or {}).get("fsdp_transformer_layer_cls_to_wrap")
+    if acc.get("distributed_type") != "FSDP" or not named or not (weights / "config.json").is_file():
+        return []
+    layer = model_layout(weights).decoder_layer
+    if layer and named != layer:
+        return [f"round.accelerate_config: {path.name} wraps {named} but the student's decoder layer is {layer}; "
+                "remove fsdp_transformer_layer_cls_to_wrap (the train stage passes the model's own)"]
+    return []
 
 
 def _check_accelerate(config: RunConfig, path: Path, device: str) -> list[str]:
@@ -217,7 +239,9 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     ex = min(r.data.corrections + r.data.self_successes, len(config.family_names()) * _n(r.data.instances, 20)
              * max(r.data.student_samples, r.data.expert_seeds))
     total_s += lora * ex * r.lora.epochs * LORA_S_PER_EXAMPLE[spec.device if spec else "cpu"]
-    lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {r.lora.epochs} epochs each)")
+    lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {r.lora.epochs} epochs each"
+                 + ("; experts adapted too" if r.lora.target_experts else "") + ")")
+    lines += check_placement(config, root).lines
     lines.append(f"estimate per round (rough): {total_s / 60:.0f} min wall; x{rounds} rounds = {rounds * total_s / 3600:.1f} h")
     lines.append(f"API cost estimate per round: ${cost:.2f}" + (f" + unknown for {', '.join(sorted(unknown))} (set "
                  "input/output_cost_per_token on those roles)" if unknown else "")

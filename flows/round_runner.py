@@ -52,8 +52,10 @@ class StageTimeout(TimeoutError):
 
 def fingerprint(ctx: RoundContext) -> str:
     data = ctx.config.model_dump(mode="json", exclude=NOT_IN_KEY)
-    for k in ("budget_usd", "est_rollout_s", "accelerate_config", "stage_timeout_s"):
+    for k in ("budget_usd", "est_rollout_s", "accelerate_config", "stage_timeout_s", "placement"):
         data["round"].pop(k, None)
+    if not data["round"]["lora"].get("target_experts"):  # off = the recipe before the field existed: same key
+        data["round"]["lora"].pop("target_experts", None)
     for role in data["models"].values():
         role.pop("api_base", None)
     return content_key(data, ctx.state.model_dump())

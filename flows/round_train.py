@@ -7,6 +7,7 @@ Then `serve_adapters` hot-loads them as `student@r{t+1}-imit-h0-s{seed}`, `...-i
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import subprocess
@@ -28,6 +29,7 @@ from training.dataset import (build_dataset, is_dataset, load_tokenizer, manifes
                               tokenizer_fingerprint, write_dataset)
 from training.config import TrainConfig
 from training.lora import StepLog, TrainSummary, batch_plan, finished, train_seeds
+from training.targets import model_layout
 
 log = logging.getLogger(__name__)
 MASK = "turns"  # every set marks its trained turns (flows/round_data.py)
@@ -76,16 +78,30 @@ def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Ca
     return on_step
 
 
+def launch_command(accelerate_config: Path, data: Path, weights: Path, root: Path, lora: TrainConfig) -> list[str]:
+    """`accelerate launch ... -m flows.cli train ...`; an FSDP config wraps the student's own decoder layer class
+    (from its config.json), so one config serves dense and MoE students."""
+    acc = yaml.safe_load(accelerate_config.read_text()) or {}
+    wrap = []
+    if acc.get("distributed_type") == "FSDP" and not (acc.get("fsdp_config") or {}).get("fsdp_transformer_layer_cls_to_wrap"):
+        layer = model_layout(weights).decoder_layer
+        wrap = ["--fsdp_transformer_layer_cls_to_wrap", layer] if layer else []
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config), *wrap,
+            "-m", "flows.cli", "train", "--data", str(data), "--base", str(weights), "--out", str(root),
+            *record_args(lora), "--no-progress"]
+
+
 def launch_seeds(accelerate_config: Path, data: Path, data_hash: str, weights: Path, root: Path, lora: TrainConfig,
-                 repo: Path, arm: str) -> list[TrainSummary]:
+                 repo: Path, arm: str, gpus: list[int] | None = None) -> list[TrainSummary]:
     """`round.accelerate_config` set: the arm's seeds trained by `accelerate launch --config_file CONFIG -m
-    flows.cli train` (several processes or GPUs: DDP, FSDP, ZeRO-3), its output lines logged as they come;
-    the summaries are read back from the adapters it wrote (finished seeds are skipped by `coevo train`)."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
-           "-m", "flows.cli", "train", "--data", str(data), "--base", str(weights), "--out", str(root),
-           *record_args(lora), "--no-progress"]
+    flows.cli train` (several processes or GPUs: DDP, FSDP, ZeRO-3) on `gpus` (its CUDA_VISIBLE_DEVICES, from
+    round.placement.train_gpus), its output lines logged as they come; the summaries are read back from the
+    adapters it wrote (finished seeds are skipped by `coevo train`)."""
+    cmd = launch_command(accelerate_config, data, weights, root, lora)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false"}
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     emit = run_emitter(log)
     emit(f"train {arm}: accelerate launch --config_file {accelerate_config.name} ({lora.seeds} seeds)")
     tail: collections.deque[str] = collections.deque(maxlen=20)
@@ -131,7 +147,8 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
             return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=str(out), examples=examples,
                                reason=f"{examples} examples make no full batch of {lora.effective_batch} for "
                                       f"{processes} processes ({config.name})")
-        summaries = launch_seeds(config, out, data_hash, weights, root, lora, ctx.base, s.arm)
+        summaries = launch_seeds(config, out, data_hash, weights, root, lora, ctx.base, s.arm,
+                                 ctx.r.placement.train_gpus)
     else:
         summaries = train_seeds(out, weights, root, lora, range(lora.seeds), show_progress=False,
                                 on_step=_step_progress(s.arm, examples, lora, lora.seeds - len(reused)))
@@ -143,7 +160,10 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
 
 def train_arms(ctx: RoundContext, data: ArmDataRecord) -> TrainRecord:
     tokenizer = load_tokenizer(Path(ctx.state.student_weights), _chat_template(ctx))
-    return TrainRecord(arms={arm: train_arm(ctx, s, tokenizer) for arm, s in data.sets.items()})
+    released = ctx.servers.released(ctx.student_server(), ctx.r.placement.student_during_train) \
+        if ctx.servers is not None else contextlib.nullcontext()
+    with released:  # the student's server sleeps or stops while LoRA trains on its GPUs (round.placement)
+        return TrainRecord(arms={arm: train_arm(ctx, s, tokenizer) for arm, s in data.sets.items()})
 
 
 def serve_adapters(ctx: RoundContext, rec: TrainRecord, reload: bool = False) -> dict[str, str]:

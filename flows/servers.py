@@ -18,8 +18,9 @@ Server state (pid, log) lives under `state_dir` (`<run>/logs/servers/`) so a ret
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -164,6 +165,34 @@ class ModelServers:
                 raise
             self.restart(dead, stage, f"stopped answering during the stage ({type(e).__name__})")
         return fn(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def released(self, name: str | None, mode: str) -> Iterator[None]:
+        """The server `name` gives its memory back for the block (round.placement.student_during_train): `sleep`
+        (vLLM sleep mode level 1, then woken) or `stop` (stopped, then started again); its adapters are loaded
+        again afterwards, also when the block fails. `keep`, no name, or a server the run did not start: nothing."""
+        spec = next((s for s in self.specs if s.name == name), None)
+        rec = self.records.get(name or "")
+        if mode == "keep" or spec is None or rec is None or not rec.owned:
+            if spec is not None and mode != "keep":
+                self.log.warning("server '%s' was reused, not started by the run: it keeps serving (%s asked)",
+                                 spec.name, mode)
+            yield
+            return
+        self.log.info("server %s: %s while the stage trains", spec.name, "asleep" if mode == "sleep" else "stopped")
+        if mode == "sleep":
+            vllm_server.sleep(spec.api_base)
+        else:
+            vllm_server.stop_server(spec.port, state_dir=self.state_dir)
+        try:
+            yield
+        finally:
+            if mode == "sleep":
+                vllm_server.wake_up(spec.api_base)
+            else:
+                self._launch(spec)
+            self._load_adapters(spec)
+            self.log.info("server %s: %s", spec.name, "awake" if mode == "sleep" else "started again")
 
     def serve_adapter(self, server: str | None, api_base: str, name: str, path: Path) -> None:
         """Load an adapter now; when `server` is one of the run's, also after every restart of it."""

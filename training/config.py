@@ -30,6 +30,10 @@ class TrainConfig(BaseModel):
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     target_modules: tuple[str, ...] = Field(default=ALL_LINEAR,
                                             description="Linear projections of attention and MLP that get adapters.")
+    target_experts: bool = Field(
+        default=False, description="MoE students: also adapt the fused expert weights (peft `target_parameters` "
+        "on mlp.experts.gate_up_proj and mlp.experts.down_proj; dropout must then be 0). Off: the experts stay "
+        "frozen, whatever target_modules names. A dense model refuses it.")
     epochs: int = Field(default=2, ge=1, description="Passes over the dataset.")
     lr: float = Field(default=1e-4, gt=0, description="Peak learning rate (AdamW; linear warmup, then cosine to 0).")
     warmup_ratio: float = Field(default=0.05, ge=0, lt=1, description="Fraction of optimizer steps of linear warmup.")
@@ -55,6 +59,9 @@ class TrainConfig(BaseModel):
     def _batch_fits(self) -> "TrainConfig":
         if self.effective_batch % self.micro_batch:
             raise ValueError(f"effective_batch {self.effective_batch} must be a multiple of micro_batch {self.micro_batch}")
+        if self.target_experts and self.dropout:
+            raise ValueError(f"dropout {self.dropout}: expert LoRA (target_experts) needs dropout 0 (peft's ParamWrapper "
+                             "cannot apply dropout to a fused expert weight)")
         return self
 
     @property
@@ -64,7 +71,9 @@ class TrainConfig(BaseModel):
     def digest(self) -> str:
         """Settings that change one adapter (not checkpoint cadence, not how many seeds): a checkpoint or a
         finished adapter is reused only by its own settings."""
-        same = self.model_dump(exclude=set(NOT_IN_DIGEST))
+        # target_experts off (its default) leaves the digest as it was before the field existed: finished
+        # adapters and checkpoints of earlier runs are still found
+        same = self.model_dump(exclude=set(NOT_IN_DIGEST) | (set() if self.target_experts else {"target_experts"}))
         return hashlib.sha256(repr(sorted(same.items())).encode()).hexdigest()[:16]
 
 

@@ -39,6 +39,7 @@ from training import checkpoint
 from training.config import TrainConfig
 from training.dataset import Example, load_dataset, manifest_sha256
 from training.render import IGNORE
+from training.targets import AdaptedShare, adapted_share, check_adapted, lora_targets
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,9 @@ class TrainSummary(BaseModel):
     peak_rss_mib: float
     peak_gpu_mib: float = 0.0
     adapter_dir: str
+    adapted: AdaptedShare | None = Field(default=None, description="Base weights the adapter covers, LoRA "
+                                         "parameters trained, adapted weight kinds (None in summaries written "
+                                         "before it was recorded).")
 
 
 def batch_plan(n_examples: int, effective_batch: int, epochs: int, seed: int) -> list[tuple[int, list[int]]]:
@@ -153,9 +157,12 @@ def _load_model(base: Path, config: TrainConfig, precision: str) -> Any:
     model.config.use_cache = False
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    modules, params = lora_targets(model, config)  # explicit names: what peft adapts is our choice (targets.py)
     lora = LoraConfig(r=config.rank, lora_alpha=config.lora_alpha, lora_dropout=config.dropout,
-                      target_modules=list(config.target_modules), bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)  # LoRA weights stay fp32 (peft's default autocast_adapter_dtype)
+                      target_modules=modules, target_parameters=params or None, bias="none", task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora)  # LoRA weights stay fp32 (peft's default autocast_adapter_dtype)
+    check_adapted(peft_model, config)
+    return peft_model
 
 
 @dataclass
@@ -169,6 +176,7 @@ class _Setup:
     plan: list[tuple[int, list[int]]]
     precision: str
     sharded: bool
+    adapted: AdaptedShare
 
     @property
     def world(self) -> int:
@@ -222,6 +230,7 @@ def _setup(n_examples: int, base: Path, config: TrainConfig, seed: int, accelera
     # The LoRA init and dropout use torch's global generator; seeding it is how peft runs become repeatable.
     torch.manual_seed(seed)
     model = _load_model(base, config, precision)
+    adapted = adapted_share(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     plan = _full_batches(batch_plan(n_examples, config.effective_batch, config.epochs, seed),
@@ -231,7 +240,7 @@ def _setup(n_examples: int, base: Path, config: TrainConfig, seed: int, accelera
     model, optimizer = accelerator.prepare(model, optimizer)
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     return _Setup(accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler, plan=plan,
-                  precision=precision, sharded=sharded)
+                  precision=precision, sharded=sharded, adapted=adapted)
 
 
 def _resume(run: _Setup, ckpt_root: Path, config: TrainConfig, seed: int, data_hash: str) -> tuple[int, list[StepLog]]:
@@ -339,7 +348,7 @@ def train_adapter(
         wall_s=wall, resumed_from_step=start, precision=run.precision, device=str(run.accelerator.device),
         world_size=run.world, peak_rss_mib=_peak_rss_mib(),
         peak_gpu_mib=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0,
-        adapter_dir=str(out),
+        adapter_dir=str(out), adapted=run.adapted,
     )
     _write_summary(run, out, summary)
     return summary

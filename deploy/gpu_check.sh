@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Device check for a lent single-GPU machine with no network and no vLLM (<= 5 min): LoRA training of the micro
+# student (deploy/micro) and the tiny Qwen3-MoE (built here) under `accelerate launch` on the GPU in bf16, adapter
+# save/load, merge, a loss that falls, the adapted-parameter share (experts only when asked), and FSDP with the
+# model's own wrap class. One table of what passed (also in OUT/gpu_check.md); exit 1 when a check failed.
+#   deploy/gpu_check.sh [--out DIR]          # on the GPU (torch with CUDA, transformers, peft, accelerate)
+#   deploy/gpu_check.sh --cpu [--out DIR]    # the CPU twin, fp32, no FSDP job (CI: tests/test_gpu_check.py)
+# PYTHON picks the interpreter (default .venv/bin/python, else python3). GPU vLLM serving is not checked here
+# (docs/gpu.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+OUT=""
+ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu) ARGS+=(--cpu); shift ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "usage: deploy/gpu_check.sh [--cpu] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+OUT="${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}"
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+exec "$PY" -m deploy.gpu_check run --out "$OUT" "${ARGS[@]}"
