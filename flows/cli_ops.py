@@ -1,6 +1,6 @@
 """`coevo dashboard` and `coevo nightly`: the operations commands (docs/operations.md).
 
-    coevo dashboard [--port N]                              # Prefect UI + API on 127.0.0.1:N (same local database)
+    coevo dashboard [--port N] [--host H]                   # Prefect UI + API on 127.0.0.1:N (same local database)
     coevo nightly [--runs-dir runs] [--config FILE]         # evaluate the promoted pairs, flag regressions
 
 Prefect is imported only inside the commands, after `flows.local.configure_prefect_env()`.
@@ -18,26 +18,44 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from flows.local import DASHBOARD_FILE, configure_prefect_env, server_env, write_dashboard_file
+from flows.local import (AUTH_CLIENT_VAR, AUTH_SERVER_VAR, DASHBOARD_FILE, configure_prefect_env, local_address,
+                         server_env, write_dashboard_file)
 
 console = Console(soft_wrap=True)
 HOST = "127.0.0.1"
 
 
 def dashboard(
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1 (UI and API).")] = 4200,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port (UI and API).")] = 4200,
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback needs Prefect's API auth string "
+                                           f"in {AUTH_SERVER_VAR} (user:password): every API request must then "
+                                           "carry it (docs/operations.md).")] = HOST,
 ) -> None:
-    """Start the Prefect UI/API on 127.0.0.1 over the project's local database; Ctrl-C stops it."""
+    """Start the Prefect UI/API on 127.0.0.1 (or --host) over the project's local database; Ctrl-C stops it."""
+    from deploy.vllm_server import is_loopback
+    from flows.cli_options import fail
+
+    auth = os.environ.get(AUTH_SERVER_VAR) or None
+    if not is_loopback(host) and auth is None:
+        fail(f"--host {host}: a dashboard on a non-loopback address needs Prefect's API auth string: set "
+             f"{AUTH_SERVER_VAR}=user:password (clients: {AUTH_CLIENT_VAR}), or keep --host {HOST}")
+    if auth is not None and ":" not in auth:
+        fail(f"{AUTH_SERVER_VAR}: the auth string is user:password (the UI asks for it whole)")
     os.environ.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
     configure_prefect_env()
     home = os.environ["PREFECT_HOME"]
-    url = f"http://{HOST}:{port}"
+    url = f"http://{local_address(host)}:{port}"
     prefect_bin = Path(sys.executable).parent / "prefect"
-    cmd = [str(prefect_bin), "server", "start", "--host", HOST, "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=server_env(HOST, port), start_new_session=True)
-    write_dashboard_file(url, proc.pid)
-    console.print(f"Prefect dashboard: [bold]{url}[/]  (PREFECT_HOME={home})")
-    console.print(f"runs started from this checkout report there while it is up; elsewhere: export PREFECT_API_URL={url}/api")
+    cmd = [str(prefect_bin), "server", "start", "--host", host, "--port", str(port)]
+    env = server_env(host, port)
+    if auth is not None:
+        env[AUTH_CLIENT_VAR] = auth  # the server's own clients (its background services) call its API too
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    write_dashboard_file(url, proc.pid, auth=auth is not None)
+    console.print(f"Prefect dashboard: [bold]{url}[/]  (PREFECT_HOME={home}, bound to {host}"
+                  + (", API auth string required)" if auth else ")"))
+    console.print(f"runs started from this checkout report there while it is up; elsewhere: export PREFECT_API_URL={url}/api"
+                  + (f" and {AUTH_CLIENT_VAR}" if auth else ""))
 
     def _stop(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP: take the server (its own session) down too
         raise KeyboardInterrupt
