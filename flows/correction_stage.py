@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.budget import SpendCap
+from agents.role_calls import FILE_NAME as ROLE_CALLS
+from agents.role_calls import RoleCallLog
 from agents.jobs import RolloutJob
 from agents.records import ModelRole, Trajectory
 from correction.locators import make_locator
@@ -56,6 +58,11 @@ class CorrectionConfig(BaseModel):
     selector: str = Field(default="verifier_replay", description="verifier_replay | judge:MODEL")
     judge: str | None = Field(default=None, description="Also rank with judge:MODEL and record the agreement.")
     judge_api_base: str | None = Field(default=None, description="Server URL of a hosted_vllm judge.")
+    locator_role: ModelRole | None = Field(default=None, description="How the mle_agent locator is called: the run's "
+                                           "`locator` role (api_base, api_key_env, max_tokens, timeout_s, prices); "
+                                           "the model is the one after 'mle_agent:'.")
+    judge_role: ModelRole | None = Field(default=None, description="How the judge is called: the run's `judge` role, "
+                                         "as for locator_role.")
     n: int = Field(default=3, ge=1, description="Expert candidates per t*.")
     replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")
     extra_turns: int = Field(default=30, ge=1, description="Turns a continuation may add after its prefix.")
@@ -88,10 +95,10 @@ class CorrectionConfig(BaseModel):
         return v
 
 
-def build_selector(spec: str, config: CorrectionConfig) -> Selector:
+def build_selector(spec: str, config: CorrectionConfig, calls: RoleCallLog | None = None) -> Selector:
     name, _ = parse_selector(spec)
     if name == "judge":
-        return make_selector(spec, api_base=config.judge_api_base)
+        return make_selector(spec, role=config.judge_role, api_base=config.judge_api_base, calls=calls)
     return make_selector(spec, student=config.student, replays=config.replays, extra_turns=config.extra_turns)
 
 
@@ -117,17 +124,18 @@ def _paths(store: RunStore, key: str) -> Path:
 
 
 async def _one(store: RunStore, view: Trajectory, harness: Harness, config: CorrectionConfig, run: RolloutFn,
-               sem: asyncio.Semaphore) -> None:
+               sem: asyncio.Semaphore, calls: RoleCallLog | None = None) -> None:
     async with sem:
         agent = parse_locator(config.locator)[0] == "mle_agent"
-        locator = make_locator(config.locator, api_base=config.locator_api_base) if agent else \
+        locator = make_locator(config.locator, role=config.locator_role, api_base=config.locator_api_base,
+                               calls=calls) if agent else \
             make_locator(config.locator, expert=config.locator_expert, extra_turns=config.extra_turns)
-        also = build_selector(f"judge:{config.judge}", config) if config.judge else None
+        also = build_selector(f"judge:{config.judge}", config, calls) if config.judge else None
         suffix = SuffixOptions(student=config.student, max_m=config.max_suffix, replays=config.replays) \
             if config.mode == "suffix" else None
         rows = RowOptions(suffix=config.suffix, loss_on=config.loss_on, keep=config.keep, student=config.student,
                           extra_turns=config.extra_turns)
-        corr, row = await correct_one(view, harness, locator, build_selector(config.selector, config), config.expert,
+        corr, row = await correct_one(view, harness, locator, build_selector(config.selector, config, calls), config.expert,
                                       run, n=config.n, also=also, suffix=suffix, rows=rows)
     key = source_key(view, config)
     if row is not None:
@@ -168,12 +176,15 @@ def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str,
     done = store.done(STAGE)
     todo = [t.view() for t in failing if source_key(t, config) not in done]
 
+    calls = RoleCallLog(store.path("costs", ROLE_CALLS), cap=cap)  # judge / locator calls: cost and outcome
+
     async def all_of() -> None:
         sem = asyncio.Semaphore(config.concurrency)
-        await asyncio.gather(*(_one(store, v, harnesses[v.harness_id], config, cached, sem) for v in todo))
+        await asyncio.gather(*(_one(store, v, harnesses[v.harness_id], config, cached, sem, calls) for v in todo))
 
     if todo:
         asyncio.run(all_of())
+        calls.raise_if_failed(STAGE)  # a role that failed every call: fail loudly, not an empty arm
     keys = [source_key(t, config) for t in failing]
     corrections = [c for k in keys for c in read_corrections(_paths(store, k))]
     rows = store.read_chunks(STAGE, [k for k in keys if store.has(STAGE, k)])

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from agents.budget import BudgetSpent
+from agents.role_calls import role_calls_usd
 from agents.trajectory_table import turns_path
 
 DERIVED = ("sets",)  # rows copied from rollouts already counted
@@ -36,7 +37,7 @@ def spent_usd(run_root: Path) -> float:
     for summary in Path(run_root).rglob("evolution_summary.json"):
         seeds = json.loads(summary.read_text()).get("search", {}).get("seeds", [])
         total += sum(float(s.get("reflector_cost_usd") or 0.0) for s in seeds)
-    return total
+    return total + role_calls_usd(run_root)  # the judge's and the MLE-agent locator's calls (agents/role_calls.py)
 
 
 def _generated_cost(path: Path) -> float:

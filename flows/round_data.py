@@ -124,7 +124,8 @@ def correction_config(ctx: RoundContext) -> CorrectionConfig:
     return CorrectionConfig(student=ctx.student(), expert=ctx.correction_expert(), locator_expert=_role(ctx, c.locator_expert),
                             locator=c.locator, selector=c.selector, n=c.n, replays=c.replays,
                             extra_turns=c.extra_turns, mode=c.mode, concurrency=c.concurrency, suffix=c.suffix,
-                            loss_on=c.loss_on, keep=c.keep)
+                            loss_on=c.loss_on, keep=c.keep,
+                            locator_role=ctx.config.models.get("locator"), judge_role=ctx.config.models.get("judge"))
 
 
 def correction_set(ctx: RoundContext, h_star: str, samples: list[Trajectory]) -> ArmSet:

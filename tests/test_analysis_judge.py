@@ -89,8 +89,8 @@ def test_parse_answer_messages() -> None:
         parse_answer("planning", 5)
     with pytest.raises(ValueError, match="confidence"):
         parse_answer(json.dumps({**VALID, "confidence": 3}), 5)
-    with pytest.raises(ValueError, match="why: Extra inputs"):
-        parse_answer(json.dumps({**VALID, "why": "x"}), 5)
+    # extra keys a real model adds (and a think block before the answer) are not errors
+    assert parse_answer("<think>{maybe}</think>" + json.dumps({**VALID, "why": "x"}), 5).category == VALID["category"]
 
 
 def _long(n: int) -> Trajectory:

@@ -31,7 +31,7 @@ ATTEMPTS = 2  # the first answer and one retry
 class JudgeAnswer(BaseModel):
     """What the judge must answer (as one JSON object)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a real model's extra keys (severity, notes) are not an error
 
     category: Category
     evidence_turns: list[int] = Field(description="0-based turn numbers from the transcript.")
@@ -76,8 +76,10 @@ def _json_object(text: str) -> Any:
 
 def parse_answer(text: str, n_turns: int) -> JudgeAnswer:
     """Validate a judge's answer; ValueError with a message the judge can act on."""
+    from agents.role_calls import strip_think
+
     try:
-        answer = JudgeAnswer.model_validate(_json_object(text))
+        answer = JudgeAnswer.model_validate(_json_object(strip_think(text)))
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())
         raise ValueError(f"the JSON does not match the schema: {problems}") from None
@@ -93,8 +95,10 @@ def completion_for(role: ModelRole) -> Completion:
 
     client = ModelClient(role)
 
-    async def complete(messages: list[dict[str, Any]]) -> str:
-        return (await client.complete(messages, max_tokens=role.max_tokens)).content
+    async def complete(messages: list[dict[str, Any]]) -> str:  # think blocks dropped; a tool call's arguments
+        from agents.role_calls import reply_text
+
+        return reply_text(await client.complete(messages, max_tokens=role.max_tokens))
 
     return complete
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.client import ModelCallError, ModelClient
+from agents.client import ModelCallError, ModelClient, ModelResponse
 from agents.records import ModelRole, Trajectory
+from agents.role_calls import RoleCallLog, call_record, cut_note, role_for, strip_think
+from analysis.attribution.judge import _json_object
 from analysis.attribution.ontology import CATEGORIES
 from correction.records import Localization
 from correction.runner import RolloutFn
@@ -47,13 +49,56 @@ SYSTEM = ("You find the turn where an AI agent's failed episode went wrong: the 
           f"come as data blocks. {DATA_RULE}")
 
 
+def text_calls(resp: ModelResponse) -> list[ToolCall]:
+    """Tool calls a model wrote as text (no tool parser on its server, or a model that answers in prose):
+    `{"name": ..., "arguments": {...}}` (also inside <tool_call>), or the answer's own fields `{"t_star": ...}`."""
+    text = strip_think(resp.content).replace("<tool_call>", "").replace("</tool_call>", "")
+    try:
+        obj = _json_object(text) if text else None
+    except ValueError:
+        return []
+    if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+        args = obj.get("arguments")
+        return [ToolCall(id="text_0", name=obj["name"], arguments=args if isinstance(args, dict) else {})]
+    if isinstance(obj, dict) and "t_star" in obj:
+        return [ToolCall(id="text_0", name="answer", arguments=obj)]
+    return []
+
+
+def _unusable(resp: ModelResponse, calls: list[ToolCall]) -> str:
+    """Why a reply gives the agent nothing to run ('' when it does)."""
+    if not calls:
+        return "the reply is empty" if not resp.content.strip() else "the reply holds no tool call"
+    bad = [c.name for c in calls if isinstance(c.arguments, str)]
+    return f"the arguments of {', '.join(bad)} are not a JSON object" if bad else ""
+
+
 class MleAgentLocator:
-    def __init__(self, model: str, *, api_base: str | None = None, max_steps: int = 12, max_tokens: int = 512,
-                 client: ModelClient | None = None, **_: Any) -> None:
+    """`role`: the run's `locator` role record (api_base, api_key_env, max_tokens, timeout_s, prices), called as
+    `model`; `calls`: where each call's cost and outcome go (the run's role-call log and spend cap)."""
+
+    def __init__(self, model: str, *, role: ModelRole | None = None, api_base: str | None = None,
+                 max_steps: int = 12, max_tokens: int | None = None, client: ModelClient | None = None,
+                 calls: RoleCallLog | None = None, **_: Any) -> None:
         self.name = f"mle_agent:{model}"
         self.max_steps = max_steps
-        self.client = client or ModelClient(ModelRole(model=model, api_base=api_base, max_tokens=max_tokens,
-                                                      return_token_ids=False))
+        self.role = role_for(model, role, api_base=api_base, max_tokens=max_tokens)
+        self.client = client or ModelClient(self.role)
+        self.calls = calls or RoleCallLog()
+
+    async def _step(self, messages: list[dict[str, Any]]) -> tuple[ModelResponse | None, list[ToolCall], str]:
+        """One model call: (the reply, the calls to run, why it is unusable); recorded in `calls`."""
+        self.calls.check()
+        try:
+            resp = await self.client.complete(messages, TOOLS)
+        except ModelCallError as e:
+            self.calls.record(call_record("locator", self.role, None, False, f"model call failed: {e}"))
+            return None, [], f"model call failed: {e}"
+        calls = resp.tool_calls or text_calls(resp)
+        reason = _unusable(resp, calls)
+        reason += cut_note(resp, self.role, "locator") if reason else ""
+        self.calls.record(call_record("locator", self.role, resp, not reason, reason))
+        return resp, ([] if reason else calls), reason
 
     async def _replay(self, view: Trajectory, turn: int, tool: str, arguments: Any) -> str:
         import tasks
@@ -75,7 +120,10 @@ class MleAgentLocator:
             return data_block("failed_checks", {"failed": view.verdict.failed_checks,
                                                 "feedback": view.verdict.feedback[:CLIP]}), None
         if call.name in ("read_turn", "replay", "answer"):
-            k = a.get("t_star" if call.name == "answer" else "turn")
+            key = "t_star" if call.name == "answer" else "turn"
+            if isinstance(a.get(key), str) and a[key].strip().isdigit():  # "3": a model that quotes numbers
+                a = {**a, key: int(a[key])}
+            k = a.get(key)
             hi = n if call.name == "replay" else n - 1
             if not isinstance(k, int) or not 0 <= k <= hi:
                 return f"Error: the turn must be an integer in 0..{hi}", None
@@ -99,18 +147,27 @@ class MleAgentLocator:
             f"The task the agent was given:\n{data_block('task', view.instance.instruction)}\n"
             f"The episode has {len(view.turns)} turns (0..{len(view.turns) - 1}), "
             f"stopped with '{view.stop_reason}', score {view.score:.2f}.")}]
+        last, failed_calls = "", 0
         for _ in range(self.max_steps):
-            try:
-                resp = await self.client.complete(messages, TOOLS)
-            except ModelCallError as e:
-                return Localization(t_star=None, category="unattributed", locator=self.name, rationale=f"model call failed: {e}")
-            messages.append(resp.message)
-            if not resp.tool_calls:
-                messages.append({"role": "user", "content": "Call `answer` with t_star, category and rationale."})
-            for call in resp.tool_calls:
+            resp, calls, reason = await self._step(messages)
+            if resp is None:
+                last, failed_calls = reason, failed_calls + 1
+                if failed_calls == 2:  # the client already retried transient errors: stop after two in a row
+                    break
+                continue
+            failed_calls = 0
+            messages.append({"role": "assistant", "content": resp.content or None,
+                             **({"tool_calls": resp.message["tool_calls"]} if resp.tool_calls else {})})
+            if reason:
+                last = reason
+                messages.append({"role": "user", "content": f"{reason}. Call `answer` with t_star, category and "
+                                                            "rationale (or a tool to investigate)."})
+            for call in calls:
                 content, found = await self._tool(view, call)
                 if found is not None:
                     return found
-                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+                last = content if content.startswith("Error") else last
+                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+                                if resp.tool_calls else {"role": "user", "content": f"Result of {call.name}: {content}"})
         return Localization(t_star=None, category="unattributed", locator=self.name,
-                            rationale=f"no valid answer in {self.max_steps} model calls")
+                            rationale=f"no valid answer in {self.max_steps} model calls" + (f"; last: {last}" if last else ""))
