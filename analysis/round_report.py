@@ -44,6 +44,9 @@ class RoundPage(BaseModel):
     edits: list[dict[str, Any]] = Field(default_factory=list)
     search: list[dict[str, Any]] = Field(default_factory=list, description="Per family: h0 -> h* validation means.")
     gate: dict[str, Any] = Field(default_factory=dict)
+    corrections: list[dict[str, Any]] = Field(default_factory=list, description="The correction arm's yield per "
+                                              "family and locator (correction.records.correction_yield).")
+    corrections_note: str = Field(default="", description="The keep rule, or why the arm has no set.")
     stages: list[dict[str, Any]] = Field(default_factory=list, description="Per stage: status, wall s, cost USD.")
     notes: list[str] = Field(default_factory=list)
     n_boot: int = 2000
@@ -102,6 +105,8 @@ def round_markdown(page: RoundPage) -> str:
               "\n## Paired deltas (bootstrap over instances; * = CI excludes 0)\n", markdown_table(delta_rows(frame, page.n_boot))]
     parts += ["\n## Harness search (validation mean h0 -> h*)\n", markdown_table(page.search),
               "\n## Accepted harness edits\n", markdown_table(page.edits or [{"edit": "(none accepted)"}])]
+    parts += ["\n## Correction data (train split)\n", page.corrections_note,
+              markdown_table(page.corrections or [{"corrections": "(the correction arm did not run)"}])]
     parts += [f"\n## {title}\n\n{md}" for title, md in page.sections]
     parts += ["\n## Promotion gate\n", _gate_md(page.gate), "\n## Cost and wall time per stage\n",
               markdown_table(page.stages)]

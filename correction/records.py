@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,3 +168,25 @@ def kept_dropped(corrections: list[Correction]) -> dict[str, dict[str, dict[str,
         elif c.status == "not_improved":
             cell["dropped"] += 1
     return {f: dict(sorted(v.items())) for f, v in sorted(out.items())}
+
+
+def correction_yield(samples: Iterable[tuple[str, bool]], corrections: list[Correction],
+                     in_set: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Per family and locator, from the student's samples to the training set: samples, failures, located
+    (a t* named), rewritten (a candidate written), kept (trained on), dropped by the keep rule, and corrections
+    in the set after deduplication and the mix's cap (`in_set`: family -> rows of kind correction)."""
+    drawn: dict[str, list[bool]] = {}
+    for family, passed in samples:
+        drawn.setdefault(family, []).append(passed)
+    rows = []
+    for family in sorted(drawn):
+        mine = [c for c in corrections if c.family == family]
+        for locator in sorted({c.locator for c in mine}) or ["-"]:
+            cs = [c for c in mine if c.locator == locator]
+            rows.append({"family": family, "locator": locator, "samples": len(drawn[family]),
+                         "failures": drawn[family].count(False), "located": sum(c.t_star is not None for c in cs),
+                         "rewritten": sum(bool(c.candidates) for c in cs),
+                         "kept": sum(c.status == "corrected" for c in cs),
+                         "dropped (not improved)": sum(c.status == "not_improved" for c in cs),
+                         "in set": in_set.get(family, 0)})
+    return rows

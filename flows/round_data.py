@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,7 @@ from agents.records import ModelRole, Trajectory
 from correction.imitation import TAG_SELF, build_imitation_set, to_student
 from correction.leakage import check_no_leakage
 from correction.mix import MixConfig, call_key, correction_item, mix, pass_rates, success_item
+from correction.records import correction_yield
 from flows.correction_stage import CorrectionConfig, correct_run, pool_rollouts
 from flows.evaluation import rollout_pool
 from flows.round_budget import spent_usd
@@ -156,14 +158,16 @@ def correction_set(ctx: RoundContext, h_star: str, samples: list[Trajectory]) ->
     found = _found(ctx, "corr", h_star, key)
     if found is not None:
         return found
+    drawn = [(t.family, t.passed) for t in samples]
     if not any(i.kind == "correction" for i in items):
-        return ArmSet(arm="corr", harness=h_star, card=result.card,
-                      reason=f"no correction out of {result.card.get('sources', 0)} failing rollouts "
-                             f"(statuses: {result.card.get('per_family')})")
+        return ArmSet(arm="corr", harness=h_star, card={**result.card, "yield": correction_yield(
+            drawn, result.corrections, {})}, reason=f"no correction kept out of {result.card.get('sources', 0)} "
+            f"failing rollouts (statuses: {result.card.get('per_family')})")
     mixed = mix(items, pass_rates(samples), mixcfg, random.Random(_seed(key)))
     rows = [i.value for i in mixed.items]
+    in_set = Counter(i.value.family for i in mixed.items if i.kind == "correction")
     card = {"correction_card": result.card, "mix": mixed.card.model_dump(mode="json"), "rows": len(rows),
-            "episodes_run": result.calls}
+            "episodes_run": result.calls, "yield": correction_yield(drawn, result.corrections, in_set)}
     return _store_set(ctx, "corr", h_star, key, rows, card)
 
 

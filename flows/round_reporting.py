@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from analysis.report_sections import ReportSection, write_section_plots
 from analysis.round_report import RoundPage, round_markdown
 from flows.round_context import RoundContext
+from flows.round_data import ArmDataRecord
 from flows.round_eval import EvalRecord, frame_of
 from flows.round_gate import GateRecord
 from flows.round_stages import AttributeRecord, EvolveRecord, grouped
@@ -60,14 +61,28 @@ def _notes(ctx: RoundContext) -> list[str]:
     return notes
 
 
+def _corrections(ctx: RoundContext, data: ArmDataRecord | None) -> tuple[list[dict[str, Any]], str]:
+    """The correction arm's yield table and a line on its keep rule (or why it has no set)."""
+    arm = data.sets.get("corr") if data is not None else None
+    if arm is None:
+        return [], ""
+    c = ctx.r.correction
+    note = (f"Rewrites by {ctx.correction_expert().model}; locator {c.locator}, selector {c.selector}; keep "
+            f"'{c.keep}' (a correction is kept only when the student's replays of it beat the failing rollout's "
+            f"score), row suffix '{c.suffix}', loss on '{c.loss_on}'; {arm.rows} rows in the set."
+            if c.keep == "improved" else f"keep 'any'; {arm.rows} rows in the set.")
+    return list(arm.card.get("yield", [])), note + (f" {arm.reason}" if arm.reason else "")
+
+
 def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: EvolveRecord, attributed: AttributeRecord,
-                 gate: GateRecord, stages: list[dict[str, Any]]) -> ReportRecord:
+                 gate: GateRecord, stages: list[dict[str, Any]], data: ArmDataRecord | None = None) -> ReportRecord:
     frame = test_frame(ctx, tests)
     edits = [{"family": f, **{k: v for k, v in e.items() if k in ("op", "rationale", "val_mean", "in_h_star")}}
              for f, s in evolved.families.items() for e in s.accepted_edits]
     search = [{"family": f, "h0 val": f"{s.h0_val:.3f}", "h* val": f"{s.best_val:.3f}", "h*": s.h_star_id,
                "evaluations run": s.evaluations_run, "cached": s.evaluations_cached} for f, s in evolved.families.items()]
     ev = ctx.config.evaluation
+    corrections, corrections_note = _corrections(ctx, data)
     page = RoundPage(
         title=f"Co-evolution round {ctx.t}: {ctx.store.root.parent.parent.name}",
         meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model, "start harness": ctx.state.start_harness,
@@ -75,7 +90,8 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
               f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
               "training seeds": ctx.r.lora.seeds, "attributor": attributed.attributor},
         frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections], edits=edits, search=search,
-        gate=gate.model_dump(), stages=stages, notes=_notes(ctx), n_boot=ev.bootstrap_samples)
+        gate=gate.model_dump(), stages=stages, notes=_notes(ctx), n_boot=ev.bootstrap_samples,
+        corrections=corrections, corrections_note=corrections_note)
     md = round_markdown(page)
     out = ctx.store.root / "reports"
     sections = [ReportSection(**s.model_dump()) for s in attributed.sections]

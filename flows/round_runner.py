@@ -100,7 +100,8 @@ class StageRunner:
             "evaluate_arms": lambda: rs.evaluate_arms(ctx, r["train"], h_star()),
             "attribute": lambda: rs.attribute(ctx, tests()),
             "gate": lambda: gate(ctx, h_star(), r["train"], tests()),
-            "report": lambda: build_report(ctx, tests(), r["evolve"], r["attribute"], r["gate"], self.log),
+            "report": lambda: build_report(ctx, tests(), r["evolve"], r["attribute"], r["gate"], self.log,
+                                           r.get("arm_data")),
         }
         return bodies[name]
 

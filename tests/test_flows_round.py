@@ -129,6 +129,12 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     gate = state["gate"]["output"]
     if gate["candidate"]:  # a correction adapter was trained: the decision carries the validation and fit numbers
         assert decision.evidence["val"] and decision.evidence["diff"]["n_units"] > 0 and decision.evidence["fit"]
+        cand, base = gate["val"][f"val.corr.s{gate['best_seed']}.hstar"], gate["val"]["val.M_t.hstar"]
+        assert gate["promoted"] or cand <= base or gate["fit_flag"] or gate["diff"]["ci_high"] < 0
+        if cand <= base:  # the default rule promotes only a gain
+            assert not gate["promoted"] and decision.reason.startswith("NOT PROMOTED: no gain")
+    else:  # e.g. the random tiny student carries no correction forward: none kept, no adapter trained
+        assert "no correction adapter" in decision.reason
     assert gate["promoted"] == decision.promoted
     if decision.promoted:
         assert (Path(gate["merged_dir"]) / "model.safetensors").exists()

@@ -1,0 +1,113 @@
+"""What a correction row should hold, and which expert should write it: measured on the validation split.
+
+    .venv/bin/python benchmarks/correction_ablation.py --run RUN_ID [--config deploy/configs/micro_study.yaml]
+
+Takes a finished round (run RUN_ID of --config, round 0) and, for each variant, a copy of that run (hard links,
+under runs/ablation/<variant>/RUN_ID) resumed with the variant's config from the `arm_data` stage
+(`coevo run --resume RUN_ID --config VARIANT --from-stage arm_data`): the correction episodes (probes,
+rewrites, student replays) are found in the copy's cache by job key, so a variant that changes only the row
+reruns no episode; then ONE correction arm with ONE training seed is trained, evaluated and gated. The gate's
+validation rollouts of M_t are the same job keys in every variant (the same rollouts).
+
+Variants (the rest of the config as given):
+- rows: `correction.suffix` none | replay | original  x  `correction.loss_on` corrected | all_student;
+- experts: `correction.expert` flawed/{family}@expert | showwork/{family} (suffix none, loss on corrected).
+Per variant: corrections kept and rows in the set, validation success of the correction seed and of M_t, the
+paired difference with its 95% CI, and the test-split success of the correction seed. Prints a markdown table;
+raw JSON in benchmarks/results/correction_ablation-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from results_io import save_results  # noqa: E402
+
+ROWS = [(s, lo) for s in ("none", "replay", "original") for lo in ("corrected", "all_student")]
+EXPERTS = ["flawed/{family}@expert", "showwork/{family}"]
+
+
+def variants(which: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if which in ("all", "rows"):
+        out |= {f"rows-{s}-{lo}": {"suffix": s, "loss_on": lo} for s, lo in ROWS}
+    if which in ("all", "experts"):
+        out |= {f"expert-{e.split('/')[0]}": {"expert": e, "suffix": "none", "loss_on": "corrected"} for e in EXPERTS}
+    return out
+
+
+def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], runs_dir: Path) -> Path:
+    cfg = json.loads(json.dumps(base))
+    cfg["runs_dir"] = str(runs_dir)
+    r = cfg["round"]
+    r["arms"] = ["corr"]
+    r.setdefault("lora", {})["seeds"] = 1
+    r.setdefault("correction", {}).update(overrides)
+    path = runs_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def copy_run(src: Path, dst: Path) -> None:
+    if dst.exists():
+        return  # resumed: the variant's earlier attempt is continued
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, dst, copy_function=os.link)  # stores replace files atomically: the source is untouched
+
+
+def measured(run_dir: Path) -> dict[str, Any]:
+    state = json.loads((run_dir / "rounds" / "r0" / "state.json").read_text())["stages"]["round"]
+    gate, data = state["gate"]["output"], state["arm_data"]["output"]["sets"]["corr"]
+    arms = state["evaluate_arms"]["output"]
+    test = next((v["success"] for k, v in arms.get("pairs", {}).items() if k.startswith("corr.")), None)
+    card = data.get("card", {})
+    kept = sum(r.get("kept", 0) for r in card.get("yield", []))
+    return {"kept": kept, "rows": data.get("rows", 0), "val_corr": gate["val"].get("val.corr.s0.hstar"),
+            "val_M_t": gate["val"].get("val.M_t.hstar"), "diff": gate.get("diff", {}).get("diff"),
+            "ci": [gate.get("diff", {}).get("ci_low"), gate.get("diff", {}).get("ci_high")], "test_corr": test,
+            "gate": gate["reason"][:160], "reason": data.get("reason", "")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True, help="The finished run to branch from (its round 0).")
+    ap.add_argument("--config", type=Path, default=REPO / "deploy/configs/micro_study.yaml")
+    ap.add_argument("--variants", choices=["all", "rows", "experts"], default="all")
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "ablation")
+    args = ap.parse_args()
+    base = yaml.safe_load(args.config.read_text())
+    src = REPO / base.get("runs_dir", "runs") / args.run
+    results = []
+    for name, overrides in variants(args.variants).items():
+        runs_dir = (args.out / name).resolve()
+        copy_run(src, runs_dir / args.run)
+        cfg = variant_config(base, name, overrides, runs_dir)
+        cmd = [str(REPO / ".venv/bin/coevo"), "run", "--resume", args.run, "--config", str(cfg),
+               "--from-stage", "arm_data"]
+        print(f"== {name}: {' '.join(cmd)}", flush=True)
+        done = subprocess.run(cmd, cwd=REPO)
+        row = {"variant": name, **overrides, "exit": done.returncode}
+        if done.returncode == 0:
+            row |= measured(runs_dir / args.run)
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    cols = ["variant", "kept", "rows", "val_corr", "val_M_t", "diff", "ci", "test_corr"]
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in results:
+        print("| " + " | ".join(str(r.get(c)) for c in cols) + " |")
+    print(f"wrote {save_results('correction_ablation', results, args)}")
+
+
+if __name__ == "__main__":
+    main()
