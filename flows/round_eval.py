@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,6 +74,10 @@ def evaluate_pairs(ctx: RoundContext, pairs: list[PairPlan], split: Split, n_ins
         primary.setdefault(c.jobs[0].key, c)
     run_id = ctx.store.root.parent.parent.name  # progress artifacts are keyed by run, round and pairs
     label = f"{run_id}-r{ctx.t}-" + "+".join(p.name for p in pairs)[:80]
+    reused = reuse_earlier(ctx.store, list(primary.values()))
+    if reused:
+        get_run_logger().info("%s: %d rollout(s) reused from earlier stages of this round (same job key)", label,
+                              reused)
     summary = collect(ctx.config, str(ctx.store.root.parent), ctx.store.run_id, list(primary.values()), label)
     _copy_shared(ctx.store, planned, primary)
     out = {}
@@ -88,6 +92,23 @@ def evaluate_pairs(ctx: RoundContext, pairs: list[PairPlan], split: Split, n_ins
             success=float(frame["passed"].mean() or 0.0), cost_usd=float(frame["cost_usd"].sum() or 0.0))
     _split_counts(out, summary)
     return out
+
+
+def reuse_earlier(store: RunStore, chunks: list[Chunk]) -> int:
+    """Copy into place every chunk not yet stored whose rollout an earlier stage of the round already ran under
+    another pair's name (a chunk key hashes the job: model and sampling options, harness, instance, seed,
+    limits, tag; e.g. M_t on h* when the search kept h0). Returns how many rollouts were copied."""
+    root = store.root / "trajectories" / "eval"
+    stages = [f"eval/{d.name}" for d in sorted(root.iterdir())] if root.is_dir() else []
+    copied = 0
+    for c in chunks:
+        if store.has(c.stage, c.key):
+            continue
+        src = next((st for st in stages if st != c.stage and store.has(st, c.key)), None)
+        if src is not None:
+            store.write_trajectories(c.stage, c.key, store.read_chunks(src, [c.key]), harnesses=[c.jobs[0].harness])
+            copied += len(c.jobs)
+    return copied
 
 
 def _copy_shared(store: RunStore, planned: dict[str, list[Chunk]], primary: dict[str, Chunk]) -> None:

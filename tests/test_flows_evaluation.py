@@ -260,3 +260,34 @@ def test_train_adapter_on_expert_successes_then_evaluate_it_and_resume_skips(
     assert (served / "adapter_model.safetensors").stat().st_mtime_ns == mtime
     assert vllm_requests(vllm_server) == requests
     assert [c["rollouts_run"] for c in again.collected] == [0, 0]
+
+
+async def test_a_rollout_an_earlier_stage_of_the_round_ran_is_copied_not_rerun(tmp_path: Path) -> None:
+    """M_t on h* when the search kept h0: the same job keys as M_t on h0, so the stored rollouts are copied."""
+    from agents.records import ModelRole
+    from agents.rollout import run_episode
+    from flows.plan import RolloutSpec, plan
+    from flows.round_eval import per_rollout, reuse_earlier
+    from flows.store import RunStore
+    from harness import baseline
+    import tasks
+
+    store = RunStore(tmp_path, "r0")
+    role = ModelRole(model="oracle/{family}")
+    chunks = {name: per_rollout(plan(RolloutSpec(name=name, model=role, families=["stock_alert"], split="test",
+                                                 n_instances=2, seeds=1, stage=f"eval/{name}"), tmp_path))
+              for name in ("M_t.h0", "M_t.hstar")}
+    for c in chunks["M_t.h0"]:  # evaluate_h0 ran these
+        job = c.jobs[0]
+        env = tasks.make_env(job.instance)
+        try:
+            t = await run_episode(job.model, job.harness, env, job.seed, job.limits, tag=job.tag)
+        finally:
+            env.close()
+        store.write_trajectories(c.stage, c.key, [t.model_copy(update={"id": job.key})], harnesses=[baseline("stock_alert")])
+    assert [c.key for c in chunks["M_t.h0"]] == [c.key for c in chunks["M_t.hstar"]]
+    assert reuse_earlier(store, chunks["M_t.hstar"]) == 2
+    assert all(store.has(c.stage, c.key) for c in chunks["M_t.hstar"])
+    assert store.read_chunks("eval/M_t.hstar", [c.key for c in chunks["M_t.hstar"]]) == \
+        store.read_chunks("eval/M_t.h0", [c.key for c in chunks["M_t.h0"]])
+    assert reuse_earlier(store, chunks["M_t.hstar"]) == 0  # nothing left to copy
