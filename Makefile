@@ -25,15 +25,55 @@ QUIET = out=$$($(1) 2>&1) || { echo "$$out"; exit 1; }
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 # Debian packages: bubblewrap (the tool sandbox) and chromium (the browser task families).
 SYSTEM_BINS := bwrap chromium
+# GPU=1 (`make setup GPU=1`, docs/gpu.md): also the CUDA build of vLLM in its own venv from its own lock, and a
+# check that .venv's torch is a CUDA build (PyPI's torch on Linux x86_64 is). `make lock-gpu` re-resolves that
+# lock with pip's --dry-run --report: no GPU needed, nothing installed.
+GPU ?=
+GPU_VLLM := vllm==0.32.0
+GPU_VLLM_VENV := .venv-vllm-gpu
+GPU_VLLM_LOCK := requirements-vllm-gpu.lock
 
-.PHONY: setup run test system-deps clean-venvs lock help
+.PHONY: setup run test system-deps clean-venvs lock lock-gpu gpu help
 help:
 	@echo "make run    - evaluate the tiny student and the oracle expert on h0 (embedded default; ~10 min on 2 cores)"
 	@echo "make test   - the test suite (starts one vLLM CPU server, one local Ray)"
 	@echo "make setup  - create .venv, .venv-vllm from the lock files, build the tiny model, install bubblewrap + chromium"
 	@echo "make lock   - re-resolve both venvs' packages in throwaway venvs and rewrite $(LOCK), $(VLLM_LOCK)"
+	@echo "make setup GPU=1 - also $(GPU_VLLM_VENV) (CUDA vLLM from $(GPU_VLLM_LOCK)); checks .venv's torch has CUDA"
+	@echo "make lock-gpu    - re-resolve $(GPU_VLLM_LOCK) ($(GPU_VLLM), pip --dry-run: no GPU, nothing installed)"
 
-setup: system-deps $(VENV)/.stamp $(VLLM_VENV)/.stamp $(TINY)/model.safetensors
+setup: system-deps $(VENV)/.stamp $(VLLM_VENV)/.stamp $(TINY)/model.safetensors $(if $(GPU),gpu)
+
+# The GPU additions: CUDA vLLM (the launcher runs GPU servers from it, deploy/vllm_server.vllm_python) and a CUDA torch
+# in .venv for LoRA on the GPUs.
+gpu: $(GPU_VLLM_VENV)/.stamp
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' in $(VENV) is a CPU build: reinstall it from PyPI: $(PY) -m pip install --force-reinstall --index-url https://pypi.org/simple $(TORCH)')"
+	@$(PY) -c "import torch; print(f'torch {torch.__version__} (CUDA {torch.version.cuda}): {torch.cuda.device_count()} GPU(s) visible')"
+
+# Its own lock (vLLM's CUDA build pins torch and the nvidia-* libraries), installed with --no-deps, then pip check.
+$(GPU_VLLM_VENV)/.stamp: $(GPU_VLLM_LOCK)
+	@echo "creating $(GPU_VLLM_VENV) from $(GPU_VLLM_LOCK) (CUDA wheels, several GB: ~5-15 min)"
+	@test -x $(GPU_VLLM_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VLLM_VENV)
+	@$(call QUIET,$(GPU_VLLM_VENV)/bin/python $(PIP) "$$(grep '^pip==' $(VLLM_LOCK))")
+	@$(call QUIET,$(GPU_VLLM_VENV)/bin/python $(PIP) --no-deps -r $(GPU_VLLM_LOCK))
+	@$(GPU_VLLM_VENV)/bin/python -m pip check
+	@$(GPU_VLLM_VENV)/bin/python -c "import sys, torch, vllm.entrypoints.openai.api_server; sys.exit(0 if torch.version.cuda else 'torch in $(GPU_VLLM_VENV) is a CPU build (a local wheel was picked: unset PIP_FIND_LINKS)')"
+	@touch $@
+
+# Resolve the CUDA vLLM set from PyPI alone (no local find-links or pip.conf), metadata only; then commit the lock.
+lock-gpu:
+	@rm -rf $(LOCK_DIR)/gpu && mkdir -p $(LOCK_DIR) && $(PYTHON) -m venv $(LOCK_DIR)/gpu
+	@$(call QUIET,$(LOCK_DIR)/gpu/bin/python $(PIP) "$$(grep '^pip==' $(VLLM_LOCK))")
+	@echo "resolving $(GPU_VLLM) from PyPI (pip --dry-run --report, ~2 min)"
+	@env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null $(LOCK_DIR)/gpu/bin/python -m pip install -q \
+	  --dry-run --ignore-installed --report $(LOCK_DIR)/gpu/report.json $(GPU_VLLM)
+	@$(PYTHON) deploy/lock_report.py $(LOCK_DIR)/gpu/report.json $(GPU_VLLM_LOCK) \
+	  --header "The exact package set of $(GPU_VLLM_VENV): $(GPU_VLLM) (CUDA build; its torch and nvidia-* libraries)," \
+	  --header "resolved from PyPI with pip's --dry-run --report (no GPU needed, nothing installed): make lock-gpu." \
+	  --header "make setup GPU=1 installs it with --no-deps into $(GPU_VLLM_VENV) (docs/gpu.md)." \
+	  --header "Resolved $$(date -u +%Y-%m-%d)."
+	@rm -rf $(LOCK_DIR)/gpu
+	@git diff --stat -- $(GPU_VLLM_LOCK) || true
 
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINS); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
