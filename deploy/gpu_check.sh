@@ -24,4 +24,16 @@ while [ $# -gt 0 ]; do
 done
 OUT="${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# What the check imports beyond the standard library; a machine without one is told which, before anything runs.
+"$PY" - <<'PYEOF'
+import importlib.util, sys
+need = ["torch", "transformers", "tokenizers", "safetensors", "peft", "accelerate", "pydantic", "yaml", "polars", "rich"]
+missing = [m for m in need if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"gpu_check: {sys.executable} lacks {', '.join(missing)} (the project's training packages: "
+             "requirements.lock has the versions)")
+import torch, transformers, peft, accelerate
+print(f"gpu_check: python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+      f"transformers {transformers.__version__}, peft {peft.__version__}, accelerate {accelerate.__version__}")
+PYEOF
 exec "$PY" -m deploy.gpu_check run --out "$OUT" "${ARGS[@]}"
