@@ -7,7 +7,6 @@ The launch side: CUDA_VISIBLE_DEVICES per server and for `accelerate launch`, th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -39,12 +38,12 @@ def dry_run(raw: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa
     return CliRunner().invoke(app, ["run", "--config", str(path), "--dry-run"])
 
 
-def moe_config_json(path: Path) -> Path:
-    """A model directory with only the config.json of a Qwen3-MoE (what the serving check reads)."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-                                                  "num_experts": 4}))
-    return path
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3-MoE (a small vocabulary: built in a few seconds); the checks read its config.json."""
+    from deploy.tiny_model import TinyMoeSpec, build_tiny_moe
+
+    return build_tiny_moe(tmp_path_factory.mktemp("moe") / "model", TinyMoeSpec(vocab_size=512))
 
 
 def test_dry_run_prints_the_paper_placement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,8 +106,9 @@ def test_run_start_refuses_a_bad_placement_before_anything_starts(tmp_path: Path
     assert not (tmp_path / "runs").exists()
 
 
-def test_adapters_vllm_cannot_serve_are_refused_before_training(tmp_path: Path, tiny_model_dir: Path) -> None:
-    moe = moe_config_json(tmp_path / "moe")
+def test_adapters_vllm_cannot_serve_are_refused_before_training(tmp_path: Path, tiny_model_dir: Path,
+                                                                 tiny_moe: Path) -> None:
+    moe = tiny_moe
     raw = paper()
     raw["round"]["student_weights"] = raw["servers"][0]["model"] = str(moe)
     raw["servers"][0]["extra_args"] = []
@@ -140,7 +140,8 @@ def test_expert_targets_need_dropout_zero_named_by_key() -> None:
     assert TrainConfig(dropout=0.0).digest() != TrainConfig(dropout=0.0, target_experts=True).digest()
 
 
-def test_each_process_gets_its_gpus_and_fsdp_wraps_the_models_own_layer(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_each_process_gets_its_gpus_and_fsdp_wraps_the_models_own_layer(tmp_path: Path, tiny_model_dir: Path,
+                                                                         tiny_moe: Path) -> None:
     spec = ServeSpec(model="m", name="s", device="gpu", tensor_parallel_size=2, gpus=[2, 3], sleep_mode=True)
     env, cmd = spec.environment(), spec.command()
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["VLLM_SERVER_DEV_MODE"] == "1" and "--enable-sleep-mode" in cmd
@@ -150,9 +151,6 @@ def test_each_process_gets_its_gpus_and_fsdp_wraps_the_models_own_layer(tmp_path
         ServeSpec(model="m", name="s", device="gpu", host="0.0.0.0", api_key_env="K", sleep_mode=True)
     fsdp = REPO / "deploy/accelerate/fsdp.yaml"
     assert "fsdp_transformer_layer_cls_to_wrap" not in (yaml.safe_load(fsdp.read_text())["fsdp_config"])
-    from deploy.tiny_model import TinyMoeSpec, build_tiny_moe
-
-    moe = build_tiny_moe(tmp_path / "moe", TinyMoeSpec(vocab_size=512))
-    for weights, layer in ((tiny_model_dir, "Qwen3DecoderLayer"), (moe, "Qwen3MoeDecoderLayer")):
+    for weights, layer in ((tiny_model_dir, "Qwen3DecoderLayer"), (tiny_moe, "Qwen3MoeDecoderLayer")):
         cmd = launch_command(fsdp, tmp_path / "d", weights, tmp_path / "o", TrainConfig())
         assert cmd[cmd.index("--fsdp_transformer_layer_cls_to_wrap") + 1] == layer
