@@ -2,7 +2,7 @@
 
 Roles are `ModelRole`s: `hosted_vllm/<name>` at an `api_base` (our vLLM servers, LoRA adapters included
 under their versioned names), `oracle/<family>` (the task's reference policy behind LiteLLM's custom
-provider interface, registered on first use), or any hosted provider string.
+provider interface, registered on first use by agents/providers.py), or any hosted provider string.
 
 Keys: a role names where its key lives (`api_key_env`, or a Prefect Secret block `api_key_secret`), never the
 key itself; the client reads it at call time, so configs, run stores and Prefect parameters never hold one.
@@ -27,6 +27,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetc
 import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.providers import OWN_PROVIDERS, register_own_providers
 from agents.records import InjectedFault, ModelRole, ToolChoice, parse_tool_calls
 from agents.vllm_http import BadRequestHTTPError, TransientHTTPError, Transport, logprobs_of, post_chat, transport_from_env
 from tasks.records import ToolCall
@@ -75,34 +76,6 @@ class ModelResponse(BaseModel):
         return self.message.get("content") or ""
 
 
-def _ensure_custom_providers() -> None:
-    """Register the project's `oracle`, `flawed` and `showwork` providers with LiteLLM once (its registry is process-global)."""
-    if any(p.get("provider") == "oracle" for p in (litellm.custom_provider_map or [])):
-        return
-    from agents.flawed.provider import FlawedLLM
-    from agents.oracle_provider import OracleLLM
-    from agents.showwork_provider import ShowWorkLLM
-
-    litellm.custom_provider_map = [*(litellm.custom_provider_map or []), {"provider": "oracle", "custom_handler": OracleLLM()},
-                                   {"provider": "flawed", "custom_handler": FlawedLLM()},
-                                   {"provider": "showwork", "custom_handler": ShowWorkLLM()}]
-    litellm.utils.custom_llm_setup()
-
-
-def close_provider_environments() -> None:
-    """Close the environments our own providers keep alive between calls (the oracle's live cache, the flawed
-    student's conversation store). Episodes cut short by a turn limit never send the final answer that frees
-    theirs; call this when a batch of episodes is over (a browser family holds a Chromium per environment)."""
-    for entry in litellm.custom_provider_map or []:
-        handler = entry.get("custom_handler")
-        for holder in (getattr(handler, "cache", None), getattr(handler, "store", None)):
-            if holder is not None and hasattr(holder, "close"):
-                holder.close()
-
-
-OWN_PROVIDERS = ("oracle", "flawed", "showwork")  # providers of this project: they receive the per-call `context`
-
-
 class ModelClient:
     """Async client for one role. Cheap to create; holds no connection state of its own.
 
@@ -114,7 +87,7 @@ class ModelClient:
         self.role = role
         self._secret: str | None = None  # the Secret block's value once loaded (never serialised or logged)
         if role.provider in OWN_PROVIDERS:
-            _ensure_custom_providers()
+            register_own_providers()
         # hosted_vllm goes through the lean HTTP path (agents/vllm_http.py) unless told to use LiteLLM
         self.lean = role.provider == "hosted_vllm" and (transport or transport_from_env()) == "auto"
 

@@ -46,7 +46,7 @@ def repair_action(fam: Family, env: Environment, history: list[Step]) -> ToolCal
 
 
 class ShowWorkLLM(OracleLLM):
-    """LiteLLM handler for `showwork/<family>` models (registered by agents.client with the other providers)."""
+    """LiteLLM handler for `showwork/<family>` models (registered by agents.providers with the other providers)."""
 
     provider = PROVIDER
 

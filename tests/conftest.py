@@ -69,5 +69,5 @@ def _free_provider_environments() -> Iterator[None]:
     yield
     import sys
 
-    if "agents.client" in sys.modules:
-        sys.modules["agents.client"].close_provider_environments()
+    if "agents.providers" in sys.modules:
+        sys.modules["agents.providers"].close_provider_environments()

@@ -22,7 +22,7 @@ from typing import Any
 import litellm
 from litellm import CustomLLM
 
-from agents.client import _ensure_custom_providers
+from agents.providers import register_own_providers
 from agents.records import ModelRole
 from tasks.base import Environment
 from tasks.records import TaskInstance, Verdict
@@ -98,7 +98,7 @@ class ScriptedLLM(CustomLLM):
 
 
 def _register() -> None:
-    _ensure_custom_providers()
+    register_own_providers()
     if not any(p.get("provider") == "scripted" for p in litellm.custom_provider_map or []):
         litellm.custom_provider_map = [*litellm.custom_provider_map, {"provider": "scripted", "custom_handler": ScriptedLLM()}]
         litellm.utils.custom_llm_setup()

@@ -13,8 +13,8 @@ import typer
 from typer.testing import CliRunner
 
 import tasks
-from agents.client import close_provider_environments
 from agents.jobs import Limits
+from agents.providers import close_provider_environments
 from agents.records import ModelRole
 from agents.rollout import run_episode
 from deploy.micro_mixture import NAMED, draw, named_harness

@@ -245,8 +245,8 @@ async def test_oracle_plans_from_the_rollouts_own_environment_and_agrees_with_re
     stays shared after it, and every turn's action equals what the replay path (a fresh copy with the
     conversation replayed) answers from the same messages."""
     from agents import shared_env
-    from agents.client import close_provider_environments
     from agents.oracle_provider import oracle_reply
+    from agents.providers import close_provider_environments
 
     family = "stock_alert"
     inst = _oracle_sample(family)

@@ -1,8 +1,11 @@
-"""Shape rules the codebase keeps: no module-level import cycles between our modules, no long functions.
+"""Shape rules the codebase keeps (docs/architecture.md): who may import whom, no import circles, light cores,
+verifiers that read only a snapshot, no long functions.
 
-Only module-level imports count for cycles (an import inside a function or under `if TYPE_CHECKING:` runs
-later or never, so it cannot deadlock module initialisation); a package importing its own submodule is not
-a cycle. Functions outside tests/ and benchmarks/ stay at most 80 lines.
+Every import counts, wherever it sits: module level, inside a function, under `if TYPE_CHECKING:`. A deferred
+import is still a dependency, and a circle through one (`agents/client.py` -> `agents/flawed/provider.py` ->
+`agents/client.py` was one) passes any check that reads module level only. A package importing its own
+submodule, or a submodule its package, is not a circle. tests/ and benchmarks/ sit outside the rooms and may
+import anything. Functions outside tests/ and benchmarks/ stay at most 80 lines.
 """
 
 from __future__ import annotations
@@ -11,69 +14,68 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("tasks", "harness", "agents", "training", "correction", "analysis", "flows", "deploy")
 MAX_FUNCTION_LINES = 80
 
+# room -> the rooms it may import. Data flows up this table; no room lists flows, so nothing imports flows/.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "tasks": frozenset(),
+    "harness": frozenset({"tasks"}),
+    "agents": frozenset({"tasks", "harness"}),
+    "training": frozenset({"tasks", "harness", "agents"}),
+    "analysis": frozenset({"tasks", "harness", "agents"}),
+    "correction": frozenset({"tasks", "harness", "agents", "training", "analysis"}),
+    "deploy": frozenset({"tasks", "harness", "agents", "training", "analysis"}),
+    "flows": frozenset({"tasks", "harness", "agents", "training", "analysis", "correction", "deploy"}),
+}
+ROOMS = tuple(MAY_IMPORT)
+LIGHT_ROOMS = ("tasks", "harness")  # usable and testable without the heavy stack
+HEAVY = frozenset({"ray", "torch", "prefect", "litellm", "transformers", "peft", "accelerate", "vllm"})
 
-def _modules() -> dict[str, tuple[Path, ast.Module]]:
-    out = {}
-    for pkg in PACKAGES:
-        for path in sorted((REPO / pkg).rglob("*.py")):
-            name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-            out[name] = (path, ast.parse(path.read_text(), filename=str(path)))
-    return out
+Import = tuple[str, int]  # (dotted module name, line)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+def module_name(path: Path, root: Path = REPO) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
 
 
-def _top_level_imports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
-    """Modules imported when `module` is first executed (module body, try/if bodies; not functions)."""
-    found: list[str] = []
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, ast.Import):
-                found.extend(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = module.split(".")
-                    parent = parts if is_package else parts[:-1]
-                    parent = parent[: len(parent) - (node.level - 1)]
-                    base = ".".join(parent + ([base] if base else []))
-                found.append(base)
-                found.extend(f"{base}.{a.name}" for a in node.names)  # `from pkg import submodule`
-            elif isinstance(node, ast.If) and not _is_type_checking(node):
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body)
-                for h in node.handlers:
-                    visit(h.body)
-                visit(node.orelse)
-                visit(node.finalbody)
-
-    visit(tree.body)
+def imports_of(tree: ast.Module, module: str, is_package: bool) -> list[Import]:
+    """Every module `module` imports, anywhere in its body; `from pkg import x` also names `pkg.x` (x may be a
+    submodule); relative imports are resolved."""
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                parent = parts if is_package else parts[:-1]
+                parent = parent[: len(parent) - (node.level - 1)]
+                base = ".".join(parent + ([base] if base else []))
+            found.append((base, node.lineno))
+            found.extend((f"{base}.{a.name}", node.lineno) for a in node.names)
     return found
+
+
+def parse_rooms(root: Path = REPO) -> dict[str, tuple[Path, ast.Module]]:
+    out = {}
+    for room in ROOMS:
+        for path in sorted((root / room).rglob("*.py")):
+            out[module_name(path, root)] = (path, ast.parse(path.read_text(), filename=str(path)))
+    return out
 
 
 def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def import_graph() -> dict[str, set[str]]:
-    mods = _modules()
+def import_graph(mods: dict[str, tuple[Path, ast.Module]]) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (importing a.b.c first runs a/__init__ and a/b/__init__)."""
     graph: dict[str, set[str]] = {}
     for name, (path, tree) in mods.items():
-        imported = _top_level_imports(tree, name, path.name == "__init__.py")
-        # importing a.b.c first runs a/__init__ and a/b/__init__: those are imports too
+        imported = [m for m, _ in imports_of(tree, name, path.name == "__init__.py")]
         with_parents = {".".join(t.split(".")[:i]) for t in imported for i in range(1, t.count(".") + 2)}
-        targets = {t for t in with_parents if t in mods}
-        graph[name] = {t for t in targets if not _related(name, t)}
+        graph[name] = {t for t in with_parents if t in mods and not _related(name, t)}
     return graph
 
 
@@ -84,7 +86,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     def dfs(u: str, stack: list[str]) -> None:
         state[u] = 1
         stack.append(u)
-        for v in sorted(graph[u]):
+        for v in sorted(graph.get(u, ())):
             if state.get(v) == 1:
                 cycles.append(stack[stack.index(v):] + [v])
             elif v not in state:
@@ -98,14 +100,30 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def test_no_module_level_import_cycles() -> None:
-    cycles = find_cycles(import_graph())
-    assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+def layering_breaches(mods: dict[str, tuple[Path, ast.Module]], root: Path = REPO) -> list[str]:
+    """Imports of a room the importer may not import, and heavy packages imported by a light room."""
+    out: dict[tuple[str, int], str] = {}
+    for name, (path, tree) in mods.items():
+        room = name.split(".")[0]
+        for target, line in imports_of(tree, name, path.name == "__init__.py"):
+            top = target.split(".")[0]
+            upward = top in MAY_IMPORT and top != room and top not in MAY_IMPORT[room]
+            heavy = room in LIGHT_ROOMS and top in HEAVY
+            where = (str(path.relative_to(root)), line)
+            if (upward or heavy) and where not in out:  # `from m import x` is one breach, not two
+                out[where] = f"{where[0]}:{line} {room}/ imports {target}"
+    return [out[k] for k in sorted(out)]
 
 
-def test_cycle_finder_finds_a_planted_cycle() -> None:
-    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
-    assert find_cycles({"a": {"b"}, "b": set()}) == []
+def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
 
 
 def long_functions(tree: ast.Module, where: str) -> list[str]:
@@ -118,9 +136,61 @@ def long_functions(tree: ast.Module, where: str) -> list[str]:
     return out
 
 
+def test_each_room_imports_only_the_rooms_below_it() -> None:
+    breaches = layering_breaches(parse_rooms())
+    assert not breaches, "imports against the layering (docs/architecture.md):\n" + "\n".join(breaches)
+
+
+def test_no_import_circles_function_level_imports_included() -> None:
+    cycles = find_cycles(import_graph(parse_rooms()))
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_a_verifier_reads_a_snapshot_and_reaches_no_environment_or_oracle() -> None:
+    graph = import_graph(parse_rooms())
+    verifiers = [m for m in graph if m.startswith("tasks.") and m.endswith(".verify")]
+    assert len(verifiers) >= 7  # the walk found the families
+    reached = {v: sorted(m for m in reaches(graph, v) if m.endswith((".env", ".oracle"))) for v in verifiers}
+    assert not {v: r for v, r in reached.items() if r}
+
+
 def test_no_function_over_80_lines() -> None:
-    long = [f for _, (path, tree) in _modules().items() for f in long_functions(tree, str(path.relative_to(REPO)))]
+    long = [f for path, tree in parse_rooms().values() for f in long_functions(tree, str(path.relative_to(REPO)))]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def _plant(tmp: Path, files: dict[str, str]) -> dict[str, tuple[Path, ast.Module]]:
+    for rel, text in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    return {module_name(tmp / rel, tmp): (tmp / rel, ast.parse(text)) for rel, text in files.items()}
+
+
+def test_the_graph_sees_an_import_inside_a_function_and_the_circle_it_closes(tmp_path: Path) -> None:
+    mods = _plant(tmp_path, {
+        "agents/client.py": "from agents.flawed.provider import FlawedLLM\n",
+        "agents/flawed/provider.py": "def f():\n    from agents.client import parse_tool_calls\n",
+        "agents/flawed/__init__.py": "",
+        "agents/__init__.py": "",
+    })
+    graph = import_graph(mods)
+    assert graph["agents.flawed.provider"] == {"agents.client"}
+    assert find_cycles(graph) == [["agents.client", "agents.flawed.provider", "agents.client"]]
+
+
+def test_the_cycle_finder_finds_a_planted_circle_and_nothing_in_a_line() -> None:
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_deferred_upward_import_and_a_heavy_import_in_a_light_room_are_breaches(tmp_path: Path) -> None:
+    mods = _plant(tmp_path, {
+        "harness/search.py": "def f():\n    from agents.client import ModelClient\n",
+        "tasks/env.py": "import os\n\nif True:\n    import ray\n",
+        "flows/cli.py": "import agents.client\nfrom correction import mix\n",
+    })
+    assert layering_breaches(mods, tmp_path) == ["harness/search.py:2 harness/ imports agents.client",
+                                       "tasks/env.py:4 tasks/ imports ray"]
 
 
 def test_the_walk_finds_a_long_function() -> None:

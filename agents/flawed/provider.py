@@ -32,7 +32,7 @@ from agents.flawed.policy import Student
 from agents.flawed.profiles import PER_TURN_KINDS, Profile, parse_profile
 from agents.flawed.state import BLOCKED, Conversation, ConversationStore, FlawedError, signature
 from agents.oracle_provider import resolve_instance
-from agents.records import InjectedFault
+from agents.records import InjectedFault, parse_tool_calls
 from tasks.base import Environment, Family
 from tasks.records import FinalAnswer, TaskInstance, ToolCall
 
@@ -70,7 +70,7 @@ def example_tools(tools: list[dict[str, Any]] | None) -> frozenset[str]:
 
 
 class FlawedLLM(CustomLLM):
-    """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by agents.client)."""
+    """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by agents.providers)."""
 
     def __init__(self, max_live_envs: int = 8) -> None:
         super().__init__()
@@ -111,8 +111,6 @@ class FlawedLLM(CustomLLM):
     async def _fresh(self, key: tuple[str, str, int, str], fam: Family, inst: TaskInstance, profile: Profile,
                      messages: list[dict[str, Any]], turn: int, system: str,
                      tools: list[dict[str, Any]] | None) -> tuple[Conversation, Environment]:
-        from agents.client import parse_tool_calls
-
         visible = [m for m in messages if m.get("role") == "assistant"]
         if turn > len(visible):
             raise FlawedError(f"turn {turn} of {inst.id} arrives with only {len(visible)} assistant messages (a "

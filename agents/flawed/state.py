@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from agents.flawed.menu import Belief, FamilyMenu
 from agents.flawed.profiles import Profile
-from agents.records import InjectedFault
+from agents.records import InjectedFault, parse_tool_calls
 from tasks.base import Environment
 from tasks.records import Step, ToolCall
 
@@ -75,8 +75,6 @@ class Conversation:
 
 
 def signature(message: dict[str, Any]) -> Signature:
-    from agents.client import parse_tool_calls
-
     calls = parse_tool_calls(message.get("tool_calls"))
     return str(message.get("content") or ""), tuple((c.name, c.arguments_json()) for c in calls)
 
