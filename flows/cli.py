@@ -53,6 +53,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_imitate",
     "flows.cli_correct",
     "flows.cli_ops",
+    "flows.cli_doctor",
 )
 
 

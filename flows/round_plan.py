@@ -198,6 +198,17 @@ def _check_accelerate(config: RunConfig, path: Path, device: str) -> list[str]:
     return errors
 
 
+def _doctor(config: RunConfig, root: Path, errors: list[str]) -> list[str]:
+    """`coevo doctor`'s checks (flows/doctor.py) as plan lines; its refusals join `errors` (key variables unset
+    here are findings: a dry run may run away from the machine that runs the round)."""
+    from flows.doctor import detect_gpus, diagnose
+
+    gpus = detect_gpus() if any(s.device == "gpu" for s in config.servers) else None
+    report = diagnose(config, root, gpus, keys=False)
+    errors += [f.line().removeprefix("REFUSED ") for f in report.refused]
+    return ["preflight (coevo doctor):"] + [f"  {line}" for line in report.lines()]
+
+
 def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     """The dry-run: stages, rollouts and model calls per role, LoRA runs, time and API cost, checks."""
     r: RoundConfig = config.round  # type: ignore[assignment]
@@ -242,6 +253,7 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {r.lora.epochs} epochs each"
                  + ("; experts adapted too" if r.lora.target_experts else "") + ")")
     lines += check_placement(config, root).lines
+    lines += _doctor(config, root, errors)
     lines.append(f"estimate per round (rough): {total_s / 60:.0f} min wall; x{rounds} rounds = {rounds * total_s / 3600:.1f} h")
     lines.append(f"API cost estimate per round: ${cost:.2f}" + (f" + unknown for {', '.join(sorted(unknown))} (set "
                  "input/output_cost_per_token on those roles)" if unknown else "")
