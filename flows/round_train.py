@@ -54,13 +54,6 @@ class TrainRecord(BaseModel):
     arms: dict[str, ArmTraining]
 
 
-def _chat_template(ctx: RoundContext) -> Path | None:
-    spec = ctx.config.server_for(ctx.config.models[ctx.r.student])
-    if spec is None or not spec.chat_template:
-        return None
-    return Path(server_mod.resolve_spec(spec, ctx.base).chat_template or "")
-
-
 def _step_progress(arm: str, examples: int, lora: TrainConfig, seeds: int) -> Callable[[StepLog], None]:
     """Optimizer steps of the arm's unfinished seeds as `flows.progress` lines (done/total, ETA), and each
     seed's final loss."""
@@ -159,7 +152,8 @@ def train_arm(ctx: RoundContext, s: ArmSet, tokenizer: object) -> ArmTraining:
 
 
 def train_arms(ctx: RoundContext, data: ArmDataRecord) -> TrainRecord:
-    tokenizer = load_tokenizer(Path(ctx.state.student_weights), _chat_template(ctx))
+    tokenizer = load_tokenizer(Path(ctx.state.student_weights),
+                               *server_mod.training_template(ctx.config.server_for(ctx.config.models[ctx.r.student]), ctx.base))
     released = ctx.servers.released(ctx.student_server(), ctx.r.placement.student_during_train) \
         if ctx.servers is not None else contextlib.nullcontext()
     with released:  # the student's server sleeps or stops while LoRA trains on its GPUs (round.placement)
