@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from flows.errors import ConfigError
+
 if TYPE_CHECKING:
     from flows.config import RunConfig
 
@@ -188,8 +190,6 @@ def check_placement(config: RunConfig, root: Path, gpu_count: int | None = None)
 
 def require_placement(config: RunConfig, root: Path, gpu_count: int | None = None) -> PlacementReport:
     """`check_placement`, raising ConfigError with every problem when there is one (the run's start)."""
-    from flows.config import ConfigError
-
     report = check_placement(config, root, gpu_count)
     if report.errors:
         raise ConfigError("placement refused:\n" + "\n".join(f"  {e}" for e in report.errors))

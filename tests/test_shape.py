@@ -1,10 +1,12 @@
 """Shape rules the codebase keeps (docs/architecture.md): who may import whom, no import circles, light cores,
 verifiers that read only a snapshot, no long functions.
 
-Every import counts, wherever it sits: module level, inside a function, under `if TYPE_CHECKING:`. A deferred
-import is still a dependency, and a circle through one (`agents/client.py` -> `agents/flawed/provider.py` ->
-`agents/client.py` was one) passes any check that reads module level only. A package importing its own
-submodule, or a submodule its package, is not a circle. tests/ and benchmarks/ sit outside the rooms and may
+For the layering every import counts, wherever it sits: module level, inside a function, under
+`if TYPE_CHECKING:`. For circles every import that runs counts, function bodies included: a deferred import is
+still a dependency, and a circle through one (`agents/client.py` -> `agents/flawed/provider.py` ->
+`agents/client.py` was one) passes any check that reads module level only. An import under `if TYPE_CHECKING:`
+never runs; it is how a module names a type from a module above it in the same room. A package importing its
+own submodule, or a submodule its package, is not a circle. tests/ and benchmarks/ sit outside the rooms and may
 import anything. Functions outside tests/ and benchmarks/ stay at most 80 lines.
 """
 
@@ -38,11 +40,23 @@ def module_name(path: Path, root: Path = REPO) -> str:
     return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
 
 
-def imports_of(tree: ast.Module, module: str, is_package: bool) -> list[Import]:
-    """Every module `module` imports, anywhere in its body; `from pkg import x` also names `pkg.x` (x may be a
-    submodule); relative imports are resolved."""
+def _type_only(tree: ast.Module) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:` (never executed: how Python names a type from above)."""
+    blocks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and (
+        (isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
+        or (isinstance(n.test, ast.Attribute) and n.test.attr == "TYPE_CHECKING"))]
+    return {id(n) for b in blocks for stmt in b.body for n in ast.walk(stmt)}
+
+
+def imports_of(tree: ast.Module, module: str, is_package: bool, type_only: bool = True) -> list[Import]:
+    """Every module `module` imports, anywhere in its body (with `type_only=False`, not those under
+    `if TYPE_CHECKING:`); `from pkg import x` also names `pkg.x` (x may be a submodule); relative imports are
+    resolved."""
     found: list[Import] = []
+    skip = set() if type_only else _type_only(tree)
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found.extend((a.name, node.lineno) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -70,10 +84,11 @@ def _related(a: str, b: str) -> bool:
 
 
 def import_graph(mods: dict[str, tuple[Path, ast.Module]]) -> dict[str, set[str]]:
-    """module -> the modules of ours it imports (importing a.b.c first runs a/__init__ and a/b/__init__)."""
+    """module -> the modules of ours it imports when it runs, function bodies included (importing a.b.c first
+    runs a/__init__ and a/b/__init__)."""
     graph: dict[str, set[str]] = {}
     for name, (path, tree) in mods.items():
-        imported = [m for m, _ in imports_of(tree, name, path.name == "__init__.py")]
+        imported = [m for m, _ in imports_of(tree, name, path.name == "__init__.py", type_only=False)]
         with_parents = {".".join(t.split(".")[:i]) for t in imported for i in range(1, t.count(".") + 2)}
         graph[name] = {t for t in with_parents if t in mods and not _related(name, t)}
     return graph
@@ -172,9 +187,11 @@ def test_the_graph_sees_an_import_inside_a_function_and_the_circle_it_closes(tmp
         "agents/flawed/provider.py": "def f():\n    from agents.client import parse_tool_calls\n",
         "agents/flawed/__init__.py": "",
         "agents/__init__.py": "",
+        "agents/records.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from agents.client import X\n",
     })
     graph = import_graph(mods)
     assert graph["agents.flawed.provider"] == {"agents.client"}
+    assert graph["agents.records"] == set()  # a type-only import never runs
     assert find_cycles(graph) == [["agents.client", "agents.flawed.provider", "agents.client"]]
 
 
