@@ -20,14 +20,11 @@ from agents.records import ModelRole, ToolChoice
 from analysis.attribution import parse_spec
 from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
+from flows.errors import ConfigError
 from flows.round_config import RoundConfig
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
 from training.config import LengthRule, TrainConfig
-
-
-class ConfigError(ValueError):
-    """A config problem, with the offending key in the message."""
 
 
 class TinyModelConfig(BaseModel):
@@ -342,8 +339,9 @@ def family_role(role: ModelRole, family: str) -> ModelRole:
     return role.model_copy(update={"model": role.model.format(family=family)})
 
 
-def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
-    """Checks that need the file system, done before any server starts; raises ConfigError naming the key."""
+def preflight(config: RunConfig, repo_root: Path | None = None, model_checks: bool = True) -> None:
+    """Checks that need the file system, done before any server starts; raises ConfigError naming the key.
+    `model_checks`: also `coevo doctor`'s (flows/doctor.py: window, chat template, LoRA targets, API roles, GPUs)."""
     root = repo_root or Path.cwd()
     tiny_out = (root / config.tiny_model.out).resolve() if config.tiny_model else None
     for i, s in enumerate(config.servers):
@@ -368,6 +366,10 @@ def preflight(config: RunConfig, repo_root: Path | None = None) -> None:
             raise ConfigError(f"training.base_model: model directory '{config.training.base_model}' does not exist")
     _check_key_variables(config)
     available = len(SPLIT_RANGES[config.evaluation.split])
+    if model_checks:
+        from flows.doctor import require_ready
+
+        require_ready(config, root)
     if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
         raise ConfigError(f"evaluation.n_instances: {config.evaluation.n_instances} > the {available} "
                           f"{config.evaluation.split} instances each family has (use null for all)")
