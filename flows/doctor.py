@@ -19,42 +19,25 @@ Checks (each names the config key; a refusal also says how to fix it):
 
 from __future__ import annotations
 
-import math
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.records import ModelRole
-from flows.config import ConfigError, RunConfig
+from flows.doctor_checks import (PAPER_PASS_RATE, Finding, GpuSpec, check_gpus, check_lora, check_roles,
+                                 check_servers, check_yield)
+from flows.errors import ConfigError
 
-Level = Literal["ok", "finding", "refused"]
-OWN = ("oracle", "flawed", "showwork")  # providers of this project: no key, no price
-PAPER_PASS_RATE = 0.78  # the student's h* pass rate the paper reports (78.0%)
-THINKING_ROOM = 2048  # max_tokens below this cuts a thinking judge's or locator's answer
-
-
-class Finding(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    level: Level
-    key: str = Field(description="The config key it is about, e.g. servers.0.max_model_len.")
-    text: str
-    fix: str = Field(default="", description="How to fix a refusal.")
-
-    def line(self) -> str:
-        tag = {"ok": "ok      ", "finding": "finding ", "refused": "REFUSED "}[self.level]
-        return f"{tag}{self.key}: {self.text}" + (f"; fix: {self.fix}" if self.fix else "")
-
+if TYPE_CHECKING:  # flows/config.py calls require_ready: this module never imports it back
+    from flows.config import RunConfig
 
 class DoctorReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    findings: list[Finding]
+    findings: list[Finding] = Field(description="Every check's result, in the order the checks ran.")
 
     @property
     def refused(self) -> list[Finding]:
@@ -62,16 +45,6 @@ class DoctorReport(BaseModel):
 
     def lines(self) -> list[str]:
         return [f.line() for f in self.findings]
-
-
-class GpuSpec(BaseModel):
-    """The GPUs a run gets: found here or assumed (`--assume-gpus 8x141GB`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    count: int = Field(ge=1)
-    memory_gib: float = Field(gt=0, description="Memory per GPU.")
-    source: Literal["found", "assumed"]
 
 
 def parse_gpus(text: str) -> GpuSpec:
@@ -108,8 +81,6 @@ def diagnose(config: RunConfig, root: Path, gpus: GpuSpec | None = None, pass_ra
              keys: bool = True) -> DoctorReport:
     """Every check (module docstring); `keys=False` reports unset key variables as findings (a dry run away from
     the machine that will run it)."""
-    from flows.doctor_checks import check_gpus, check_lora, check_roles, check_servers, check_yield
-
     found: list[Finding] = []
     facts = None
     where = _model_dir(config, root)
@@ -136,55 +107,3 @@ def require_ready(config: RunConfig, root: Path, keys: bool = True) -> DoctorRep
     if report.refused:
         raise ConfigError("\n".join(f.line().removeprefix("REFUSED ") for f in report.refused))
     return report
-
-
-def used_roles(config: RunConfig) -> dict[str, ModelRole]:
-    """Config key -> role of every model the run will call (bare model strings in specs become roles)."""
-    used = {f"models.{p.model}": config.models[p.model] for p in config.evaluation.pairs} if config.round is None else {}
-    r = config.round
-    if r is not None:
-        from flows.round_context import correction_expert
-
-        used |= {f"models.{r.student}": config.models[r.student], f"models.{r.expert}": config.models[r.expert],
-                 "round.correction.expert": correction_expert(config)}
-        spec = r.correction.locator_expert
-        used[f"models.{spec}" if spec in config.models else "round.correction.locator_expert"] = \
-            config.models.get(spec) or ModelRole(model=spec)
-        for key, spec, role in (("reflector", r.search.reflector, "llm"), ("locator", r.correction.locator, "mle_agent"),
-                                ("judge", r.correction.selector, "judge")):
-            name, _, model = spec.partition(":")
-            if name == role and model:
-                used[f"models.{key}"] = (config.models[key].model_copy(update={"model": model})
-                                         if key in config.models else ModelRole(model=model))
-    if config.attribution is not None and config.attribution.enabled and config.attribution.attributor != "heuristic":
-        model = config.attribution.attributor.partition(":")[2]
-        base = config.models.get("judge")
-        used["models.judge"] = base.model_copy(update={"model": model}) if base and model else \
-            (base or ModelRole(model=model))
-    return used
-
-
-def role_needs(key: str, role: ModelRole) -> str:
-    """'own' (our providers), 'served' (a vLLM server) or 'paid' (an API that takes a key and costs money)."""
-    provider = role.model.split("/", 1)[0]
-    return "own" if provider in OWN else "served" if provider == "hosted_vllm" else "paid"
-
-
-def yield_estimate(config: RunConfig, pass_rate: float) -> tuple[int, int, int]:
-    """(student rollouts on the train split, the failures expected at `pass_rate`, corrections asked)."""
-    r = config.round
-    assert r is not None
-    rollouts = len(config.family_names()) * (r.data.instances or 20) * r.data.student_samples
-    return rollouts, round(rollouts * (1 - pass_rate)), r.data.corrections
-
-
-def samples_for(config: RunConfig, pass_rate: float) -> int:
-    """Student samples per train instance that yield the corrections asked at this pass rate."""
-    r = config.round
-    assert r is not None
-    per = len(config.family_names()) * (r.data.instances or 20) * (1 - pass_rate)
-    return math.ceil(r.data.corrections / per) if per > 0 else 0
-
-
-def key_set(var: str | None) -> bool:
-    return bool(var and os.environ.get(var))

@@ -1,18 +1,103 @@
-"""The checks of `coevo doctor` (flows/doctor.py), one function per area, each returning findings."""
+"""The checks of `coevo doctor` (flows/doctor.py), one function per area, each returning findings, and the
+records they are made of."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import ModelRole
-from flows.config import RunConfig
-from flows.doctor import (THINKING_ROOM, Finding, GpuSpec, key_set, role_needs, samples_for, used_roles,
-                          yield_estimate)
 from flows.doctor_model import ModelFacts, lora_cover, template_problem
 
+if TYPE_CHECKING:
+    from flows.config import RunConfig
+
 GIB = 1024 ** 3
+Level = Literal["ok", "finding", "refused"]
+OWN = ("oracle", "flawed", "showwork")  # providers of this project: no key, no price
+PAPER_PASS_RATE = 0.78  # the student's h* pass rate the paper reports (78.0%)
+THINKING_ROOM = 2048  # max_tokens below this cuts a thinking judge's or locator's answer
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    level: Level = Field(description="ok, finding (worth knowing, not a failure) or refused.")
+    key: str = Field(description="The config key it is about, e.g. servers.0.max_model_len.")
+    text: str = Field(description="What was found, with the figures.")
+    fix: str = Field(default="", description="How to fix a refusal.")
+
+    def line(self) -> str:
+        tag = {"ok": "ok      ", "finding": "finding ", "refused": "REFUSED "}[self.level]
+        return f"{tag}{self.key}: {self.text}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+class GpuSpec(BaseModel):
+    """The GPUs a run gets: found here or assumed (`--assume-gpus 8x141GB`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = Field(ge=1, description="GPUs on the node.")
+    memory_gib: float = Field(gt=0, description="Memory per GPU.")
+    source: Literal["found", "assumed"] = Field(description="nvidia-smi found them, or --assume-gpus.")
+
+
+def used_roles(config: RunConfig) -> dict[str, ModelRole]:
+    """Config key -> role of every model the run will call (bare model strings in specs become roles)."""
+    pairs = config.evaluation.pairs if config.round is None else []
+    used = {f"models.{p.model}": config.models[p.model] for p in pairs}
+    r = config.round
+    if r is not None:
+        spec = r.correction.expert  # as flows.round_context.correction_expert: a role name, a model string or unset
+        rewriter = (config.models.get(spec) or ModelRole(model=spec)) if spec else config.models[r.expert]
+        used |= {f"models.{r.student}": config.models[r.student], f"models.{r.expert}": config.models[r.expert],
+                 "round.correction.expert": rewriter}
+        spec = r.correction.locator_expert
+        used[f"models.{spec}" if spec in config.models else "round.correction.locator_expert"] = \
+            config.models.get(spec) or ModelRole(model=spec)
+        specs = (("reflector", r.search.reflector, "llm"), ("locator", r.correction.locator, "mle_agent"),
+                 ("judge", r.correction.selector, "judge"))
+        for key, spec, role in specs:
+            name, _, model = spec.partition(":")
+            if name == role and model:
+                used[f"models.{key}"] = (config.models[key].model_copy(update={"model": model})
+                                         if key in config.models else ModelRole(model=model))
+    if config.attribution is not None and config.attribution.enabled and config.attribution.attributor != "heuristic":
+        model = config.attribution.attributor.partition(":")[2]
+        base = config.models.get("judge")
+        used["models.judge"] = base.model_copy(update={"model": model}) if base and model else \
+            (base or ModelRole(model=model))
+    return used
+
+
+def role_needs(key: str, role: ModelRole) -> str:
+    """'own' (our providers), 'served' (a vLLM server) or 'paid' (an API that takes a key and costs money)."""
+    provider = role.model.split("/", 1)[0]
+    return "own" if provider in OWN else "served" if provider == "hosted_vllm" else "paid"
+
+
+def yield_estimate(config: RunConfig, pass_rate: float) -> tuple[int, int, int]:
+    """(student rollouts on the train split, the failures expected at `pass_rate`, corrections asked)."""
+    r = config.round
+    assert r is not None
+    rollouts = len(config.family_names()) * (r.data.instances or 20) * r.data.student_samples
+    return rollouts, round(rollouts * (1 - pass_rate)), r.data.corrections
+
+
+def samples_for(config: RunConfig, pass_rate: float) -> int:
+    """Student samples per train instance that yield the corrections asked at this pass rate."""
+    r = config.round
+    assert r is not None
+    per = len(config.family_names()) * (r.data.instances or 20) * (1 - pass_rate)
+    return math.ceil(r.data.corrections / per) if per > 0 else 0
+
+
+def key_set(var: str | None) -> bool:
+    return bool(var and os.environ.get(var))
 
 
 def _student_servers(config: RunConfig, root: Path) -> list[tuple[int, Any]]:
@@ -47,10 +132,10 @@ def check_window(config: RunConfig, i: int, spec: Any, facts: ModelFacts, model_
 
 def check_template(i: int, spec: Any, root: Path, model_dir: Path) -> list[Finding]:
     from deploy.chat_templates import choose_template, template_spec
-    from flows.servers import resolve_spec
 
     ours = template_spec(spec.chat_template, model_dir)
-    template = resolve_spec(spec, root).chat_template
+    template = spec.model_copy(update={"model": str(model_dir)}).template_file()  # as flows.servers.resolve_spec
+    template = str((root / template).resolve()) if template else None
     problem = template_problem(model_dir, template, spec.template_kwargs(), ours.tokens if ours else ())
     name = ours.name if ours else (spec.chat_template or "the tokenizer's own")
     key = f"servers.{i}.chat_template"
@@ -131,7 +216,8 @@ def _role_findings(key: str, role: ModelRole, keys: bool) -> list[Finding]:
                            fix="name the variable holding its key, e.g. api_key_env: GEMINI_API_KEY"))
     elif needs == "paid" and role.api_key_env and not key_set(role.api_key_env):
         out.append(Finding(level="refused" if keys else "finding", key=f"{base}.api_key_env", text=(
-            f"{role.api_key_env} is not set in this environment"), fix=f"export {role.api_key_env}=..." if keys else ""))
+            f"{role.api_key_env} is not set in this environment"),
+            fix=f"export {role.api_key_env}=..." if keys else ""))
     if needs == "paid" and not _priced(role):
         out.append(Finding(level="refused", key=f"{base}.input_cost_per_token", text=(
             f"LiteLLM has no price for {role.model}: the run's budget could not count its calls"),

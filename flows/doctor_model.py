@@ -91,8 +91,10 @@ def lora_cover(model: Any, lora: Any) -> tuple[list[str], float, list[str]]:
         if p.ndim == 3 and f"{EXPERTS}.{name.rsplit('.', 1)[-1]}" in params:
             covered, kinds = covered + p.numel(), kinds | {f"{EXPERTS}.{name.rsplit('.', 1)[-1]}"}
     total = sum(p.numel() for p in model.parameters())
-    missing = [t for t in lora.target_modules if not any(  # experts.gate_up_proj covers gate_proj and up_proj
-        t == k or (k.startswith(f"{EXPERTS}.") and t.removesuffix("_proj") in k.split(".")[-1].split("_")) for k in kinds)]
+    def reached(t: str, k: str) -> bool:  # experts.gate_up_proj reaches gate_proj and up_proj
+        return t == k or (k.startswith(f"{EXPERTS}.") and t.removesuffix("_proj") in k.split(".")[-1].split("_"))
+
+    missing = [t for t in lora.target_modules if not any(reached(t, k) for k in kinds)]
     return sorted(kinds), covered / total if total else 0.0, missing
 
 

@@ -82,7 +82,8 @@ JUDGE = [
 ANSWER = {"t_star": 1, "category": "tool_use", "rationale": "Turn 1 read the wrong file."}
 LOCATOR = [
     Case("answer as a tool call", [Reply(None, [("answer", json.dumps(ANSWER))])], "parsed"),
-    Case("investigate, then answer", [Reply(None, [("failed_checks", "{}")]), Reply(None, [("read_turn", '{"turn": 1}')]),
+    Case("investigate, then answer", [Reply(None, [("failed_checks", "{}")]),
+                                      Reply(None, [("read_turn", '{"turn": 1}')]),
                                       Reply(None, [("answer", json.dumps(ANSWER))])], "parsed"),
     Case("text where a tool call was expected", [Reply("I conclude: " + json.dumps(ANSWER))], "parsed"),
     Case("call written in the text, after a think block",

@@ -61,7 +61,8 @@ def role(api: PaidApiDouble, name: str, **extra: object) -> ModelRole:
 
 def candidates(t) -> list[Candidate]:
     fix = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": "x.csv"})}}]}
+        {"id": "c1", "type": "function", "function": {"name": "read_file",
+                                                      "arguments": json.dumps({"path": "x.csv"})}}]}
     return [Candidate(message=t.turns[-1].assistant, rationale="The student's own turn.", seed=0),
             Candidate(message=fix, rationale="Re-read the attendance file first.", seed=1)]
 

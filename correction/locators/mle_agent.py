@@ -167,7 +167,8 @@ class MleAgentLocator:
                 if found is not None:
                     return found
                 last = content if content.startswith("Error") else last
-                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
-                                if resp.tool_calls else {"role": "user", "content": f"Result of {call.name}: {content}"})
-        return Localization(t_star=None, category="unattributed", locator=self.name,
-                            rationale=f"no valid answer in {self.max_steps} model calls" + (f"; last: {last}" if last else ""))
+                result = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+                messages.append(result if resp.tool_calls else {"role": "user", "content": f"Result of {call.name}: "
+                                                                                           f"{content}"})
+        why = f"no valid answer in {self.max_steps} model calls" + (f"; last: {last}" if last else "")
+        return Localization(t_star=None, category="unattributed", locator=self.name, rationale=why)
