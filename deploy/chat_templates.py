@@ -54,7 +54,6 @@ TEMPLATES: dict[str, TemplateSpec] = {t.name: t for t in (
 )}
 
 
-
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
