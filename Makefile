@@ -35,7 +35,7 @@ GPU_VLLM_LOCK := requirements-vllm-gpu.lock
 
 .PHONY: setup run test system-deps clean-venvs lock lock-gpu gpu help
 help:
-	@echo "make run    - evaluate the tiny student and the oracle expert on h0 (embedded default; ~10 min on 2 cores)"
+	@echo "make run    - one co-evolution round on the embedded default ($(CONFIG): the micro student M0, 3 families); make run CONFIG=FILE for another config"
 	@echo "make test   - the test suite (starts one vLLM CPU server, one local Ray)"
 	@echo "make setup  - create .venv, .venv-vllm from the lock files, build the tiny model, install bubblewrap + chromium"
 	@echo "make lock   - re-resolve both venvs' packages in throwaway venvs and rewrite $(LOCK), $(VLLM_LOCK)"
