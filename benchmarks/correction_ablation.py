@@ -2,12 +2,15 @@
 
     .venv/bin/python benchmarks/correction_ablation.py --run RUN_ID [--config deploy/configs/micro_study.yaml]
 
-Takes a finished round (run RUN_ID of --config, round 0) and, for each variant, a copy of that run (hard links,
-under runs/ablation/<variant>/RUN_ID) resumed with the variant's config from the `arm_data` stage
-(`coevo run --resume RUN_ID --config VARIANT --from-stage arm_data`): the correction episodes (probes,
-rewrites, student replays) are found in the copy's cache by job key, so a variant that changes only the row
-reruns no episode; then ONE correction arm with ONE training seed is trained, evaluated and gated. The gate's
-validation rollouts of M_t are the same job keys in every variant (the same rollouts).
+Takes a round (run RUN_ID of --config, round 0) whose `arm_data` stage has finished and, for each variant, a copy
+of that run (hard links, under runs/ablation/<variant>/RUN_ID) without its trained arms' outputs (sets,
+datasets, adapters, their test and validation rollouts), resumed with the variant's config (`coevo run --resume
+RUN_ID --config VARIANT`, its server on --port). Every stage reruns under the changed config but finds its
+finished work: the evaluation and train-split rollouts by their chunk keys, the search in its cache, and the
+correction episodes (probes, rewrites, student replays) in the episode cache by job key, so a variant that
+changes only the row reruns no episode; then ONE correction arm with ONE training seed is trained, evaluated and
+gated. The gate's validation rollouts of M_t are the same job keys in every variant (the same rollouts). The
+run's own setting is read from the run itself (its correction arm's training seed 0) once it has finished.
 
 Variants (the rest of the config as given):
 - rows: `correction.suffix` none | replay | original  x  `correction.loss_on` corrected | all_student;
@@ -36,6 +39,7 @@ from results_io import save_results  # noqa: E402
 
 ROWS = [(s, lo) for s in ("none", "replay", "original") for lo in ("corrected", "all_student")]
 EXPERTS = ["flawed/{family}@expert", "showwork/{family}"]
+DEFAULTS = {"suffix": "none", "loss_on": "corrected", "expert": None}
 
 
 def variants(which: str) -> dict[str, dict[str, Any]]:
@@ -47,9 +51,14 @@ def variants(which: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], runs_dir: Path) -> Path:
+def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], runs_dir: Path, port: int) -> Path:
     cfg = json.loads(json.dumps(base))
     cfg["runs_dir"] = str(runs_dir)
+    student = cfg["models"][cfg["round"].get("student", "student")]
+    for server in cfg.get("servers", []):  # its own server, so a variant can run beside the source run
+        if student.get("api_base", "").endswith(f":{server['port']}/v1"):
+            student["api_base"] = f"http://127.0.0.1:{port}/v1"
+            server["port"] = port
     r = cfg["round"]
     r["arms"] = ["corr"]
     r.setdefault("lora", {})["seeds"] = 1
@@ -59,20 +68,32 @@ def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], r
     return path
 
 
+# What the trained arms wrote in the round's store (globs): a copy drops them, so nothing of the source's adapters is
+# found under the variant's (same) served adapter names.
+ARM_OUTPUTS = ["trajectories/eval/imit_h0.*", "trajectories/eval/imit.*", "trajectories/eval/corr.*",
+               "trajectories/eval/val.corr.*", "trajectories/sets", "datasets/sets", "datasets/imit_h0-*",
+               "datasets/imit-*", "datasets/corr-*", "adapters", "merged", "attributions", "reports"]
+
+
 def copy_run(src: Path, dst: Path) -> None:
     if dst.exists():
         return  # resumed: the variant's earlier attempt is continued
     dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, dst, copy_function=os.link)  # stores replace files atomically: the source is untouched
+    shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns(".lock", "*.lock"))
+    rnd = dst / "rounds" / "r0"  # the store replaces files atomically, so the hard-linked source is never touched
+    for pattern in ARM_OUTPUTS:
+        for path in rnd.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def measured(run_dir: Path) -> dict[str, Any]:
+    """The variant's numbers from its round record (training seed 0 of the correction arm)."""
     state = json.loads((run_dir / "rounds" / "r0" / "state.json").read_text())["stages"]["round"]
     gate, data = state["gate"]["output"], state["arm_data"]["output"]["sets"]["corr"]
     arms = state["evaluate_arms"]["output"]
-    test = next((v["success"] for k, v in arms.get("pairs", {}).items() if k.startswith("corr.")), None)
+    test = arms.get("pairs", {}).get("corr.s0.hstar", {}).get("success")
     card = data.get("card", {})
-    kept = sum(r.get("kept", 0) for r in card.get("yield", []))
+    kept = card.get("correction_card", card).get("corrections", 0)  # corrections kept (status corrected)
     return {"kept": kept, "rows": data.get("rows", 0), "val_corr": gate["val"].get("val.corr.s0.hstar"),
             "val_M_t": gate["val"].get("val.M_t.hstar"), "diff": gate.get("diff", {}).get("diff"),
             "ci": [gate.get("diff", {}).get("ci_low"), gate.get("diff", {}).get("ci_high")], "test_corr": test,
@@ -85,16 +106,20 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=REPO / "deploy/configs/micro_study.yaml")
     ap.add_argument("--variants", choices=["all", "rows", "experts"], default="all")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ablation")
+    ap.add_argument("--port", type=int, default=8141, help="The variants' student server port.")
     args = ap.parse_args()
     base = yaml.safe_load(args.config.read_text())
     src = REPO / base.get("runs_dir", "runs") / args.run
+    own = base["round"].get("correction", {})
     results = []
     for name, overrides in variants(args.variants).items():
+        if all(own.get(k, DEFAULTS[k]) == v for k, v in overrides.items()):
+            continue  # the run itself is this variant
+
         runs_dir = (args.out / name).resolve()
         copy_run(src, runs_dir / args.run)
-        cfg = variant_config(base, name, overrides, runs_dir)
-        cmd = [str(REPO / ".venv/bin/coevo"), "run", "--resume", args.run, "--config", str(cfg),
-               "--from-stage", "arm_data"]
+        cfg = variant_config(base, name, overrides, runs_dir, args.port)
+        cmd = [str(REPO / ".venv/bin/coevo"), "run", "--resume", args.run, "--config", str(cfg)]
         print(f"== {name}: {' '.join(cmd)}", flush=True)
         done = subprocess.run(cmd, cwd=REPO)
         row = {"variant": name, **overrides, "exit": done.returncode}
@@ -102,6 +127,9 @@ def main() -> None:
             row |= measured(runs_dir / args.run)
         results.append(row)
         print(json.dumps(row), flush=True)
+    if (src / "rounds" / "r0" / "reports" / "report.md").exists():  # the source run has finished: its own setting
+        results.insert(0, {"variant": "the run itself (seed 0)", "suffix": own.get("suffix", "none"),
+                           "loss_on": own.get("loss_on", "corrected"), "expert": own.get("expert"), **measured(src)})
     cols = ["variant", "kept", "rows", "val_corr", "val_M_t", "diff", "ci", "test_corr"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in results:
