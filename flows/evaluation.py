@@ -172,6 +172,8 @@ def run_chunks(config: RunConfig, store: RunStore, chunks: list[Chunk], pair_nam
                 summary.chunks_run += 1
                 summary.rollouts_run += len(bucket)
                 summary.model_calls += sum(len(t.turns) for t in bucket)
+                if finished < total:  # a kill point of the reliability tests (e.g. gate_rollouts)
+                    faults.maybe_kill(f"{chunk.jobs[0].tag}_rollouts", store.root)
             ticker.update(finished)
             if time.monotonic() - last > PROGRESS_EVERY_S or finished == total:
                 update_progress_artifact(progress_id, 100.0 * finished / max(total, 1))

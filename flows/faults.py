@@ -3,14 +3,24 @@
 `COEVO_TEST_FAULT=evaluate_once` makes the first `evaluate` stage of a run fail after its rollouts are
 stored (once per run directory: a marker file remembers it fired), so `--resume` can be shown to finish
 the run without re-running them. Outside pytest (no PYTEST_CURRENT_TEST) the variable is ignored.
+
+`COEVO_TEST_KILL=<point>` SIGKILLs the process at a kill point, once per run directory (the marker is on disk
+before the signal), so a test can show that a resume ends wholly done or wholly not. The promotion gate's
+points (flows/round_gate.py): `gate_rollouts` (the first of several validation chunks stored), `gate_merge`
+(merged weights written to the staging directory, neither hashed nor published), `gate_weights` (weights
+published with their digest, no registry row yet), `gate_registry` (inside the registry transaction, every row
+inserted, not committed).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 ENV_VAR = "COEVO_TEST_FAULT"
+KILL_VAR = "COEVO_TEST_KILL"
+KILL_POINTS = ("gate_rollouts", "gate_merge", "gate_weights", "gate_registry")
 
 
 class InjectedFault(RuntimeError):
@@ -26,3 +36,18 @@ def maybe_fail(name: str, run_dir: Path) -> None:
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("fired\n")
     raise InjectedFault(f"injected fault '{name}' ({ENV_VAR}); resume the run to continue")
+
+
+def maybe_kill(point: str, run_dir: Path) -> None:
+    """SIGKILL this process at `point` when COEVO_TEST_KILL names it (under pytest, once per `run_dir`)."""
+    if os.environ.get(KILL_VAR) != point or "PYTEST_CURRENT_TEST" not in os.environ:
+        return
+    marker = run_dir / "logs" / f"kill-{point}.fired"
+    if marker.exists():
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    with marker.open("w") as f:
+        f.write("fired\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)

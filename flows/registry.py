@@ -4,19 +4,23 @@ One SQLite file shared by every run under a runs directory (`<runs_dir>/registry
 promotion gate writes it (`promote`); the nightly evaluation reads the current pairs (`current`) and records
 its scores (`record_nightly`), comparing each night with the one before (`previous_nightly`).
 
-    promotions(id, family, student, student_path, harness_id, harness_path, run_id, round, since, evidence)
+    promotions(id, family, student, student_path, harness_id, harness_path, run_id, round, since, evidence,
+               student_sha256)                                             the merged weights' digest
     nightly(id, family, student, harness_id, run_id, night, mean, n, at)
-    decisions(id, run_id, round, candidate, promoted, reason, at, evidence)   every gate decision, kept or not
+    decisions(id, run_id, round, candidate, promoted, reason, at, evidence, token)   every gate decision
 
 Rows are never updated or deleted: the current pair of a family is its latest promotion, the history is
 every row. Writes run in one transaction each, so a nightly job and a round writing at once do not clash.
+A gate's outcome is ONE transaction (`commit_gate`): every family's promotion row and the decision, or
+nothing; keyed by a token, so a gate resumed after a kill that did commit writes nothing twice.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 REGISTRY_FILE = "registry.sqlite"
+SHA_FILE = "weights.sha256"  # beside merged weights: their digest (directory_sha256), written before they are published
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS promotions (
@@ -41,6 +46,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     run_id TEXT NOT NULL, round INTEGER NOT NULL, candidate TEXT NOT NULL, promoted INTEGER NOT NULL,
     reason TEXT NOT NULL, at TEXT NOT NULL, evidence TEXT NOT NULL);
 """
+# columns added after the first schema: (table, column, type); an older registry file gains them on open
+_ADDED = (("promotions", "student_sha256", "TEXT"), ("decisions", "token", "TEXT"))
 
 
 def _now() -> datetime:
@@ -55,6 +62,8 @@ class Promotion(BaseModel):
     family: str
     student: str = Field(description="LiteLLM model string the pair is served as, e.g. hosted_vllm/student-r1.")
     student_path: str | None = Field(default=None, description="Merged weights directory, if the student is ours.")
+    student_sha256: str | None = Field(default=None, description="directory_sha256 of the merged weights, recorded "
+                                       "when they were published (check it before serving them).")
     harness_id: str
     harness_path: str = Field(description="Harness YAML the pair runs under (stored in the promoting run).")
     run_id: str
@@ -100,6 +109,9 @@ class PromotionRegistry:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(_SCHEMA)
+            for table, column, kind in _ADDED:
+                if column not in {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @classmethod
     def under(cls, runs_dir: Path) -> PromotionRegistry:
@@ -117,18 +129,27 @@ class PromotionRegistry:
 
     def promote(self, p: Promotion) -> None:
         with self._connect() as db:
-            db.execute(
-                "INSERT INTO promotions (family, student, student_path, harness_id, harness_path, run_id, round,"
-                " since, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (p.family, p.student, p.student_path, p.harness_id, p.harness_path, p.run_id, p.round,
-                 p.since.isoformat(), json.dumps(p.evidence, sort_keys=True, default=str)))
+            _insert_promotion(db, p)
 
-    def record_decision(self, d: GateDecision) -> None:
+    def record_decision(self, d: GateDecision, token: str | None = None) -> None:
         with self._connect() as db:
-            db.execute("INSERT INTO decisions (run_id, round, candidate, promoted, reason, at, evidence)"
-                       " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (d.run_id, d.round, d.candidate, int(d.promoted), d.reason, d.at.isoformat(),
-                        json.dumps(d.evidence, sort_keys=True, default=str)))
+            _insert_decision(db, d, token)
+
+    def commit_gate(self, promotions: list[Promotion], decision: GateDecision, token: str,
+                    before_commit: Callable[[], None] | None = None) -> bool:
+        """Every promotion row and the decision in ONE transaction; False (nothing written) when a decision with
+        this `token` is already there (the gate committed before it was killed). `before_commit` runs inside the
+        transaction after the inserts (the reliability tests' kill point)."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")  # the check and the inserts under one write lock
+            if db.execute("SELECT 1 FROM decisions WHERE token = ?", (token,)).fetchone():
+                return False
+            for p in promotions:
+                _insert_promotion(db, p)
+            _insert_decision(db, decision, token)
+            if before_commit is not None:
+                before_commit()
+        return True
 
     def decisions(self, run_id: str | None = None) -> list[GateDecision]:
         """Every gate decision, oldest first (of one run, or of all)."""
@@ -173,6 +194,35 @@ class PromotionRegistry:
         return same[-1] if same else None
 
 
+def _insert_promotion(db: sqlite3.Connection, p: Promotion) -> None:
+    db.execute(
+        "INSERT INTO promotions (family, student, student_path, harness_id, harness_path, run_id, round,"
+        " since, evidence, student_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (p.family, p.student, p.student_path, p.harness_id, p.harness_path, p.run_id, p.round,
+         p.since.isoformat(), json.dumps(p.evidence, sort_keys=True, default=str), p.student_sha256))
+
+
+def _insert_decision(db: sqlite3.Connection, d: GateDecision, token: str | None) -> None:
+    db.execute("INSERT INTO decisions (run_id, round, candidate, promoted, reason, at, evidence, token)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+               (d.run_id, d.round, d.candidate, int(d.promoted), d.reason, d.at.isoformat(),
+                json.dumps(d.evidence, sort_keys=True, default=str), token))
+
+
 def _promotion(row: sqlite3.Row) -> Promotion:
     fields = {k: row[k] for k in Promotion.model_fields if k != "evidence"}
     return Promotion(**fields, evidence=json.loads(row["evidence"]))
+
+
+def directory_sha256(path: str | Path) -> str:
+    """The digest of a weights directory: sha256 over '<relative name>\t<file sha256>' lines of every file
+    (sorted; the SHA_FILE itself left out), so a missing, extra or changed file changes it."""
+    root = Path(path)
+    lines = []
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and p.name != SHA_FILE):
+        h = hashlib.sha256()
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        lines.append(f"{f.relative_to(root).as_posix()}\t{h.hexdigest()}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()

@@ -10,11 +10,20 @@
    expert); a flag refuses it unless `round.gate.allow_fit_risk`.
 5. Promoted: merged into M_t's weights (training/merge.py) as `<round>/merged/student-r{t+1}`, a promotion row
    per family in the registry (`<runs_dir>/registry.sqlite`). Every decision, kept or not, is a registry row.
+
+The promotion is one unit, all or nothing: the merged weights are written to a staging directory, hashed
+(`registry.directory_sha256`, kept in `weights.sha256` beside them) and renamed into place; then ONE registry
+transaction writes every family's promotion row (with that sha256) and the decision. A gate killed anywhere
+(the kill points of flows/faults.py) leaves no row without complete weights; its resume finds finished
+weights by their digest (a mismatch is merged again), and a decision already committed (same token) is not
+written twice: the candidate ends wholly promoted or wholly not.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis.fit import FitConfig, fit_alarm
 from analysis.gate import promotion_rule
 from analysis.stats import paired_bootstrap
-from flows.registry import GateDecision, Promotion, PromotionRegistry
+from flows import faults
+from flows.registry import SHA_FILE, GateDecision, Promotion, PromotionRegistry, directory_sha256
 from flows.round_config import adapter_name
 from flows.round_context import PairPlan, RoundContext
 from flows.round_eval import EvalRecord, evaluate_pairs, frame_of, trajectories_of
@@ -43,6 +53,7 @@ class GateRecord(BaseModel):
     fit: dict[str, Any] = Field(default_factory=dict, description="FitEvidence of the candidate (test, under h*).")
     fit_flag: bool | None = None
     merged_dir: str = ""
+    merged_sha256: str = Field(default="", description="directory_sha256 of the merged weights (the registry's too).")
     next_student: str = ""
 
 
@@ -71,30 +82,76 @@ def _decide(ctx: RoundContext, val: dict[str, EvalRecord], best: int, tests: dic
                       val={k: v.success for k, v in val.items()}, diff=diff.model_dump(), fit=fit, fit_flag=flag)
 
 
-def _promote(ctx: RoundContext, rec: GateRecord, adapter_dir: str, h_star: str) -> GateRecord:
+def _published(final: Path, base: str, adapter: str) -> str:
+    """The digest of a finished merge at `final` of this base and adapter ('' when there is none or it does
+    not match its recorded digest)."""
+    from training.merge import merged
+
+    sha_file = final / SHA_FILE
+    if not (sha_file.exists() and merged(final, base, adapter)):
+        return ""
+    sha = sha_file.read_text().strip()
+    return sha if directory_sha256(final) == sha else ""
+
+
+def _publish_weights(ctx: RoundContext, adapter_dir: str, name: str) -> tuple[str, str]:
+    """Merge into a staging directory, hash, then rename into `<round>/merged/<name>`: (path, sha256)."""
     from training.merge import merge_adapter
 
-    nxt = f"student-r{ctx.t + 1}"
-    merged = ""
-    if ctx.r.gate.merge:
-        merged = str(merge_adapter(ctx.state.student_weights, adapter_dir, ctx.store.root / "merged" / nxt).resolve())
-    registry = PromotionRegistry.under(ctx.store.root.parent.parent.parent)
+    final = ctx.store.root / "merged" / name
+    sha = _published(final, ctx.state.student_weights, adapter_dir)
+    if sha:
+        return str(final.resolve()), sha
+    staging = final.with_name(f".{name}.staging")
+    for leftover in (staging, final, final.with_name(final.name + ".tmp")):
+        shutil.rmtree(leftover, ignore_errors=True)
+    merge_adapter(ctx.state.student_weights, adapter_dir, staging)
+    faults.maybe_kill("gate_merge", ctx.store.root)
+    sha = directory_sha256(staging)
+    with (staging / SHA_FILE).open("w") as f:
+        f.write(sha + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(staging, final)
+    dir_fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself on disk before any registry row names it
+    finally:
+        os.close(dir_fd)
+    return str(final.resolve()), sha
+
+
+def _promotions(ctx: RoundContext, rec: GateRecord, adapter_dir: str, h_star: str) -> list[Promotion]:
     evidence = {"reason": rec.reason, "val": rec.val, "diff": rec.diff, "fit": rec.fit, "adapter": adapter_dir}
+    rows = []
     for fam in ctx.families():
         path = Path(h_star) / f"{fam}.yaml" if h_star != "baseline" else None
         hid = Harness.load(path).id if path else "baseline"
-        registry.promote(Promotion(family=fam, student=f"hosted_vllm/{nxt}", student_path=merged or None,
-                                   harness_id=hid, harness_path=str(path or "baseline"), run_id=_run_id(ctx),
-                                   round=ctx.t + 1, evidence=evidence))
-    return rec.model_copy(update={"merged_dir": merged, "next_student": f"hosted_vllm/{nxt}"})
+        rows.append(Promotion(family=fam, student=rec.next_student, student_path=rec.merged_dir or None,
+                              student_sha256=rec.merged_sha256 or None, harness_id=hid,
+                              harness_path=str(path or "baseline"), run_id=_run_id(ctx), round=ctx.t + 1,
+                              evidence=evidence))
+    return rows
 
 
 def _run_id(ctx: RoundContext) -> str:
     return ctx.store.root.parent.parent.name
 
 
+def _commit(ctx: RoundContext, rec: GateRecord, promotions: list[Promotion]) -> None:
+    """The decision and every promotion row: one registry transaction, written once per outcome."""
+    from flows.store import content_key
+
+    decision = GateDecision(run_id=_run_id(ctx), round=ctx.t, candidate=rec.candidate, promoted=rec.promoted,
+                            reason=rec.reason, evidence=rec.model_dump(exclude={"reason", "promoted", "candidate"}))
+    token = content_key("gate", _run_id(ctx), ctx.t, rec.candidate, rec.promoted, rec.merged_sha256)
+    PromotionRegistry.under(ctx.store.root.parent.parent.parent).commit_gate(
+        promotions, decision, token, before_commit=lambda: faults.maybe_kill("gate_registry", ctx.store.root))
+
+
 def gate(ctx: RoundContext, h_star: str, trained: TrainRecord, tests: dict[str, EvalRecord]) -> GateRecord:
     corr = trained.arms.get("corr")
+    promotions: list[Promotion] = []
     if corr is None or not corr.adapters:
         rec = GateRecord(promoted=False, reason="NOT PROMOTED: no correction adapter ("
                          + (corr.reason if corr else "the corr arm is not configured") + ")")
@@ -105,8 +162,11 @@ def gate(ctx: RoundContext, h_star: str, trained: TrainRecord, tests: dict[str, 
         best = max(seeds, key=lambda k: (val[f"val.corr.s{k}.hstar"].success, -k))
         rec = _decide(ctx, val, best, tests)
         if rec.promoted:
-            rec = _promote(ctx, rec, corr.adapters[best], h_star)
-    PromotionRegistry.under(ctx.store.root.parent.parent.parent).record_decision(GateDecision(
-        run_id=_run_id(ctx), round=ctx.t, candidate=rec.candidate, promoted=rec.promoted, reason=rec.reason,
-        evidence=rec.model_dump(exclude={"reason", "promoted", "candidate"})))
+            nxt = f"student-r{ctx.t + 1}"
+            merged, sha = _publish_weights(ctx, corr.adapters[best], nxt) if g.merge else ("", "")
+            rec = rec.model_copy(update={"merged_dir": merged, "merged_sha256": sha,
+                                         "next_student": f"hosted_vllm/{nxt}"})
+            faults.maybe_kill("gate_weights", ctx.store.root)
+            promotions = _promotions(ctx, rec, corr.adapters[best], h_star)
+    _commit(ctx, rec, promotions)
     return rec
