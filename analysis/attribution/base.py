@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agents.records import Trajectory
 from analysis.attribution.records import Attribution
+from harness.strategies import Registry, Strategy
 
 
 @runtime_checkable
@@ -37,31 +37,21 @@ class Attributor(Protocol):
     async def attribute(self, trajectory: Trajectory) -> Attribution: ...
 
 
-# strategy name -> "module:factory"; a literal table, like tasks.FAMILY_TABLE
-STRATEGIES: dict[str, str] = {
-    "heuristic": "analysis.attribution.heuristic:HeuristicAttributor",
-    "judge": "analysis.attribution.judge:JudgeAttributor",
-}
+ATTRIBUTORS = Registry("attributor", (
+    Strategy("heuristic", "analysis.attribution.heuristic:HeuristicAttributor", options="config="),
+    Strategy("judge", "analysis.attribution.judge:JudgeAttributor", takes_model=True,
+             options="completion=, api_base=, api_key_env=, transcript=, max_tokens="),
+))
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
     """'heuristic' -> ('heuristic', None); 'judge:MODEL' -> ('judge', 'MODEL'). Raises ValueError otherwise."""
-    name, sep, model = spec.partition(":")
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown attributor '{spec}'; use one of: heuristic, judge:MODEL")
-    if name == "judge" and not model:
-        raise ValueError("the judge attributor needs a model: 'judge:MODEL', e.g. 'judge:hosted_vllm/judge'")
-    if name == "heuristic" and sep:
-        raise ValueError(f"the heuristic attributor takes no model ('{spec}')")
-    return name, model or None
+    return ATTRIBUTORS.parse(spec)
 
 
 def make_attributor(spec: str, **options: Any) -> Attributor:
     """Build a strategy by name; `options` go to its constructor (the judge needs `completion=`)."""
-    name, model = parse_spec(spec)
-    module, attr = STRATEGIES[name].split(":")
-    factory = getattr(importlib.import_module(module), attr)
-    return factory(model, **options) if model is not None else factory(**options)
+    return ATTRIBUTORS.make(spec, **options)  # type: ignore[no-any-return]
 
 
 async def attribute_all(attributor: Attributor, trajectories: Sequence[Trajectory],

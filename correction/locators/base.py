@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol, runtime_checkable
 
 from agents.records import Trajectory
 from correction.records import Localization
 from correction.runner import RolloutFn
 from harness.program import Harness
+from harness.strategies import Registry, Strategy
 
 
 @runtime_checkable
@@ -34,29 +34,21 @@ class Locator(Protocol):
     async def locate(self, trajectory: Trajectory, harness: Harness, run: RolloutFn) -> Localization: ...
 
 
-STRATEGIES: dict[str, str] = {
-    "counterfactual": "correction.locators.counterfactual:CounterfactualLocator",
-    "divergence": "correction.locators.divergence:DivergenceLocator",
-    "mle_agent": "correction.locators.mle_agent:MleAgentLocator",
-}
+LOCATORS = Registry("locator", (
+    Strategy("counterfactual", "correction.locators.counterfactual:CounterfactualLocator",
+             options="expert=, samples=, extra_turns=, search="),
+    Strategy("divergence", "correction.locators.divergence:DivergenceLocator", options="expert=, samples=, extra_turns="),
+    Strategy("mle_agent", "correction.locators.mle_agent:MleAgentLocator", takes_model=True,
+             options="role=, api_base=, max_steps=, max_tokens=, client=, calls=; ignores the expert options"),
+))
 
 
 def parse_locator(spec: str) -> tuple[str, str | None]:
     """'counterfactual' -> ('counterfactual', None); 'mle_agent:MODEL' -> ('mle_agent', 'MODEL'); else ValueError."""
-    name, sep, model = spec.partition(":")
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown locator '{spec}'; use one of: counterfactual, divergence, mle_agent:MODEL")
-    if name == "mle_agent" and not model:
-        raise ValueError("the mle_agent locator needs a model: 'mle_agent:MODEL'")
-    if name != "mle_agent" and sep:
-        raise ValueError(f"the {name} locator takes no model ('{spec}')")
-    return name, model or None
+    return LOCATORS.parse(spec)
 
 
 def make_locator(spec: str, **options: Any) -> Locator:
     """Build a strategy by spec; `options` go to its constructor (e.g. `expert=ModelRole(...)`; the mle_agent
     takes `api_base=`, `client=` and ignores the expert options)."""
-    name, model = parse_locator(spec)
-    module, _, attr = STRATEGIES[name].partition(":")
-    cls = getattr(importlib.import_module(module), attr)
-    return cls(model, **options) if model else cls(**options)
+    return LOCATORS.make(spec, **options)  # type: ignore[no-any-return]

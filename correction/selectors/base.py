@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +14,7 @@ from agents.records import Trajectory
 from correction.records import Candidate
 from correction.runner import RolloutFn
 from harness.program import Harness
+from harness.strategies import Registry, Strategy
 
 
 class Selection(BaseModel):
@@ -46,28 +46,20 @@ class Selector(Protocol):
                      run: RolloutFn) -> Selection: ...
 
 
-STRATEGIES: dict[str, str] = {
-    "verifier_replay": "correction.selectors.verifier_replay:VerifierReplaySelector",
-    "judge": "correction.selectors.judge:JudgeSelector",
-}
+SELECTORS = Registry("selector", (
+    Strategy("verifier_replay", "correction.selectors.verifier_replay:VerifierReplaySelector",
+             options="student= (required), replays=, extra_turns=, require_success="),
+    Strategy("judge", "correction.selectors.judge:JudgeSelector", takes_model=True,
+             options="completion=, role=, api_base=, max_tokens=, calls=; ignores the replay options"),
+))
 
 
 def parse_selector(spec: str) -> tuple[str, str | None]:
     """'verifier_replay' -> ('verifier_replay', None); 'judge:MODEL' -> ('judge', 'MODEL'); ValueError otherwise."""
-    name, sep, model = spec.partition(":")
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown selector '{spec}'; use one of: verifier_replay, judge:MODEL")
-    if name == "judge" and not model:
-        raise ValueError("the judge selector needs a model: 'judge:MODEL'")
-    if name != "judge" and sep:
-        raise ValueError(f"the {name} selector takes no model ('{spec}')")
-    return name, model or None
+    return SELECTORS.parse(spec)
 
 
 def make_selector(spec: str, **options: Any) -> Selector:
     """Build a strategy by spec; `options` go to its constructor (verifier_replay needs `student=`; the
     judge takes `completion=`, `api_base=` and ignores the replay options)."""
-    name, model = parse_selector(spec)
-    module, _, attr = STRATEGIES[name].partition(":")
-    cls = getattr(importlib.import_module(module), attr)
-    return cls(model, **options) if model else cls(**options)
+    return SELECTORS.make(spec, **options)  # type: ignore[no-any-return]

@@ -11,31 +11,28 @@ from __future__ import annotations
 from harness.evolution.protocols import CompletionFn, Reflector
 from harness.evolution.reflectors.library import LibraryReflector
 from harness.evolution.reflectors.llm import LlmReflector
+from harness.strategies import Registry, Strategy
 
-STRATEGIES = ("library", "llm")
+REFLECTORS = Registry("reflector", (
+    Strategy("library", "harness.evolution.reflectors.library:LibraryReflector", options="family"),
+    Strategy("llm", "harness.evolution.reflectors.llm:LlmReflector", takes_model=True,
+             options="complete (a CompletionFn), max_prompt_chars="),
+))
 
 
 def parse_strategy(spec: str) -> tuple[str, str | None]:
     """'name' or 'name:MODEL' -> (name, model); ValueError naming the known strategies otherwise."""
-    name, _, model = spec.partition(":")
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown reflector '{spec}'; use one of: library, llm:MODEL")
-    if name == "llm" and not model:
-        raise ValueError("the llm reflector needs a model: llm:MODEL (a LiteLLM model string)")
-    if name == "library" and model:
-        raise ValueError(f"the library reflector takes no model (got '{spec}')")
-    return name, model or None
+    return REFLECTORS.parse(spec)
 
 
 def make_reflector(spec: str, family: str, complete: CompletionFn | None = None,
                    max_prompt_chars: int = 40_000) -> Reflector:
-    name, model = parse_strategy(spec)
-    if name == "library":
-        return LibraryReflector(family)
+    name, _ = parse_strategy(spec)
+    if not REFLECTORS.strategies[name].takes_model:
+        return REFLECTORS.make(spec, family=family)  # type: ignore[no-any-return]
     if complete is None:
         raise ValueError(f"reflector '{spec}' calls a model: give it a completion function")
-    assert model is not None
-    return LlmReflector(model, complete, max_prompt_chars=max_prompt_chars)
+    return REFLECTORS.make(spec, complete=complete, max_prompt_chars=max_prompt_chars)  # type: ignore[no-any-return]
 
 
-__all__ = ["LibraryReflector", "LlmReflector", "make_reflector", "parse_strategy"]
+__all__ = ["REFLECTORS", "LibraryReflector", "LlmReflector", "make_reflector", "parse_strategy"]
