@@ -304,8 +304,9 @@ def is_3d_moe_adapter(path: str | Path) -> bool:
 def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 120.0, api_key: str | None = None,
                  probe: bool = True) -> None:
     """Hot-load a PEFT adapter under a versioned name (e.g. student@r1); idempotent for the same name. `probe`:
-    then compare its logprobs on a fixed probe with its base model's and unload and refuse it
-    (deploy.adapter_probe.AdapterRefused) when they are equal (max |difference| <= 1e-6)."""
+    after a fresh load, compare its logprobs on a fixed probe with its base model's and unload and refuse it
+    (deploy.adapter_probe.AdapterRefused) when they are equal (max |difference| <= 1e-6). A name the server
+    already holds is not probed again (a retrained adapter is unloaded first: round_train.serve_adapters)."""
     body: dict[str, object] = {"lora_name": name, "lora_path": str(Path(path).resolve())}
     if is_3d_moe_adapter(path):
         body["is_3d_lora_weight"] = True  # vllm/lora/model_manager.py: _validate_moe_lora_format
@@ -316,7 +317,7 @@ def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 12
     )
     if r.status_code != 200 and "already been loaded" not in r.text:
         raise RuntimeError(f"loading adapter {name} from {path} failed ({r.status_code}): {r.text[:500]}")
-    if probe:
+    if probe and r.status_code == 200:  # "already been loaded": the server holds the adapter probed when it came
         from deploy.adapter_probe import AdapterRefused, check_arrival
 
         try:

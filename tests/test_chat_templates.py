@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
                      enable_thinking=True, enable_lora=False, max_model_len=4096, cpu_kvcache_gib=1,
                      extra_args=["--trust-request-chat-template"])
     assert "--default-chat-template-kwargs" in spec.command() and str(TEMPLATES["qwen3"].path) in spec.command()
-    handle = start_server(spec, state_dir=state, ready_timeout_s=400)
+    handle = start_server(spec, state_dir=state, ready_timeout_s=600)
     try:
         yield handle.api_base, model
     finally:
