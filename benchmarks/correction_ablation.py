@@ -5,7 +5,7 @@
 Takes a round (run RUN_ID of --config, round 0) whose `arm_data` stage has finished and, for each variant, a copy
 of that run (hard links, under runs/ablation/<variant>/RUN_ID) without its trained arms' outputs (sets,
 datasets, adapters, their test and validation rollouts), resumed with the variant's config (`coevo run --resume
-RUN_ID --config VARIANT`, its server on --port). Every stage reruns under the changed config but finds its
+RUN_ID --config VARIANT`). Every stage reruns under the changed config but finds its
 finished work: the evaluation and train-split rollouts by their chunk keys, the search in its cache, and the
 correction episodes (probes, rewrites, student replays) in the episode cache by job key, so a variant that
 changes only the row reruns no episode; then ONE correction arm with ONE training seed is trained, evaluated and
@@ -13,7 +13,8 @@ gated. The gate's validation rollouts of M_t are the same job keys in every vari
 run's own setting is read from the run itself (its correction arm's training seed 0) once it has finished.
 
 Variants (the rest of the config as given):
-- rows: `correction.suffix` none | replay | original  x  `correction.loss_on` corrected | all_student;
+- rows: `correction.suffix` none | replay | original with `correction.loss_on` all_student (with the loss on the
+  corrected turn only, the suffix cannot change the gradient: those rows train what none/corrected trains);
 - experts: `correction.expert` flawed/{family}@expert | showwork/{family} (suffix none, loss on corrected).
 Per variant: corrections kept and rows in the set, validation success of the correction seed and of M_t, the
 paired difference with its 95% CI, and the test-split success of the correction seed. Prints a markdown table;
@@ -37,7 +38,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from results_io import save_results  # noqa: E402
 
-ROWS = [(s, lo) for s in ("none", "replay", "original") for lo in ("corrected", "all_student")]
+# With the loss on the corrected turn only, what follows it cannot change the gradient (a causal model's logits at
+# turn t* do not see later tokens): replay/corrected and original/corrected train exactly what none/corrected
+# trains, so they are not run (only their row lengths differ).
+ROWS = [("none", "all_student"), ("replay", "all_student"), ("original", "all_student")]
 EXPERTS = ["flawed/{family}@expert", "showwork/{family}"]
 DEFAULTS = {"suffix": "none", "loss_on": "corrected", "expert": None}
 
@@ -51,11 +55,12 @@ def variants(which: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], runs_dir: Path, port: int) -> Path:
+def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], runs_dir: Path,
+                   port: int | None) -> Path:
     cfg = json.loads(json.dumps(base))
     cfg["runs_dir"] = str(runs_dir)
     student = cfg["models"][cfg["round"].get("student", "student")]
-    for server in cfg.get("servers", []):  # its own server, so a variant can run beside the source run
+    for server in cfg.get("servers", []) if port else []:  # its own server, to run beside the source run
         if student.get("api_base", "").endswith(f":{server['port']}/v1"):
             student["api_base"] = f"http://127.0.0.1:{port}/v1"
             server["port"] = port
@@ -106,7 +111,9 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=REPO / "deploy/configs/micro_study.yaml")
     ap.add_argument("--variants", choices=["all", "rows", "experts"], default="all")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ablation")
-    ap.add_argument("--port", type=int, default=8141, help="The variants' student server port.")
+    ap.add_argument("--port", type=int, default=None, help="The variants' student server port (default: the "
+                    "config's; another one runs beside the source run, but its student replays are then new episodes "
+                    "when the source run cached them under its server, as runs before 2026-12-04 did).")
     args = ap.parse_args()
     base = yaml.safe_load(args.config.read_text())
     src = REPO / base.get("runs_dir", "runs") / args.run

@@ -65,19 +65,23 @@ class CachedRollouts:
         self.other_s: dict[str, float] = defaultdict(float)
         self.wall_s = 0.0
 
-    def _path(self, job: RolloutJob) -> Path | None:
-        """Keyed by the job key and its limits (the key alone does not hold the limits)."""
+    def _path(self, job: RolloutJob, legacy: bool = False) -> Path | None:
+        """Keyed by the job key and its limits (the key alone does not hold the limits), with the model's server
+        left out: where an episode was served does not change it, so a resume with a server on another port
+        or host finds its episodes. `legacy`: the key with the server in it (caches written before)."""
         if self.cache_dir is None:
             return None
-        key = hashlib.sha256(f"{job.key}|{job.limits.model_dump_json()}".encode()).hexdigest()[:20]
+        served = job if legacy or job.model.api_base is None else \
+            job.model_copy(update={"model": job.model.model_copy(update={"api_base": None})})
+        key = hashlib.sha256(f"{served.key}|{job.limits.model_dump_json()}".encode()).hexdigest()[:20]
         return self.cache_dir / key[:2] / f"{key}.parquet"
 
     def _cached(self, job: RolloutJob) -> Trajectory | None:
-        path = self._path(job)
-        if path is None or not path.exists():
-            return None
-        found = read_trajectories(path)
-        return found[0] if found else None
+        for path in (self._path(job), self._path(job, legacy=True)):
+            if path is not None and path.exists():
+                found = read_trajectories(path)
+                return found[0] if found else None
+        return None
 
     async def __call__(self, jobs: Sequence[RolloutJob]) -> list[Trajectory]:
         out: list[Trajectory | None] = [self._cached(j) for j in jobs]

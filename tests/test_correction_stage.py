@@ -126,3 +126,22 @@ def test_cli_writes_corrections_and_rejects_bad_input(failing, tmp_path):
     r = CliRunner().invoke(app(), ["--trajectories", str(tmp_path / "none"), "--student", STUDENT, "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "does not exist" in _text(r.output)
     assert not (tmp_path / "bad").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_episode_cache_does_not_depend_on_where_the_model_is_served(failing, tmp_path):
+    """A resumed run whose server moved (another port or host) finds its episodes; a cache written with the
+    server in the key (before) is still read."""
+    from agents.prefix import prefix_of
+    from correction.roles import continuation
+    from correction.runner import CachedRollouts
+
+    view = failing[0].view()
+    at = {port: continuation(view, baseline(view.family), ModelRole(model="hosted_vllm/micro",
+                                                                      api_base=f"http://127.0.0.1:{port}/v1"),
+                             prefix_of(view, 1), 0, "student-replay", extra_turns=3) for port in (8123, 8141)}
+    cache = CachedRollouts(local_rollouts(1), tmp_path / "cache")
+    assert at[8123].key != at[8141].key and cache._path(at[8123]) == cache._path(at[8141])
+    legacy = cache._path(at[8123], legacy=True)
+    assert legacy != cache._path(at[8123]) and cache._cached(at[8141]) is None
+    write_trajectories(legacy, [failing[0]])  # an episode cached by a run that keyed on its server
+    assert cache._cached(at[8123]) == failing[0] and cache._cached(at[8141]) is None
