@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--run", required=True, help="The finished run to branch from (its round 0).")
     ap.add_argument("--config", type=Path, default=REPO / "deploy/configs/micro_study.yaml")
     ap.add_argument("--variants", choices=["all", "rows", "experts"], default="all")
+    ap.add_argument("--variant", action="append", help="Run only this variant (repeatable, in the order given).")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ablation")
     ap.add_argument("--port", type=int, default=None, help="The variants' student server port (default: the "
                     "config's; another one runs beside the source run, but its student replays are then new episodes "
@@ -119,7 +120,13 @@ def main() -> None:
     src = REPO / base.get("runs_dir", "runs") / args.run
     own = base["round"].get("correction", {})
     results = []
-    for name, overrides in variants(args.variants).items():
+    chosen = variants(args.variants)
+    if args.variant:  # these, in this order
+        unknown = [v for v in args.variant if v not in chosen]
+        if unknown:
+            ap.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(chosen)}")
+        chosen = {v: chosen[v] for v in args.variant}
+    for name, overrides in chosen.items():
         if all(own.get(k, DEFAULTS[k]) == v for k, v in overrides.items()):
             continue  # the run itself is this variant
 
