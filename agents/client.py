@@ -6,6 +6,8 @@ provider interface, registered on first use by agents/providers.py), or any host
 
 Keys: a role names where its key lives (`api_key_env`, or a Prefect Secret block `api_key_secret`), never the
 key itself; the client reads it at call time, so configs, run stores and Prefect parameters never hold one.
+A key it sends is remembered (agents/redact.py): an error message that quotes it (a provider echoing the request
+headers) and every log record of the process have it replaced by [redacted].
 
 Error policy: transient failures (connection refused, timeouts, 5xx, rate limits) are retried with
 exponential backoff; what remains raises `ModelCallError` with a `kind` the rollout maps to a stop reason
@@ -29,11 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.providers import OWN_PROVIDERS, register_own_providers
 from agents.records import InjectedFault, ModelRole, ToolChoice, parse_tool_calls
+from agents.redact import redact, remember
 from agents.vllm_http import BadRequestHTTPError, TransientHTTPError, Transport, logprobs_of, post_chat, transport_from_env
 from tasks.records import ToolCall
 
 log = logging.getLogger(__name__)
 litellm.suppress_debug_info = True
+if os.environ.get("LITELLM_LOG", "").upper() == "DEBUG":  # LiteLLM's documented switch; this version needs the call
+    litellm._turn_on_debug()
 litellm.drop_params = True  # hosted providers reject vLLM-only extras rather than ignore them
 
 _TRANSIENT = (
@@ -49,7 +54,7 @@ _CONTEXT_MARKERS = ("maximum context length", "context length", "context_length_
 
 class ModelCallError(RuntimeError):
     def __init__(self, kind: Literal["context_overflow", "model_error"], message: str) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))  # a provider's error may quote the request, key included
         self.kind = kind
 
 
@@ -134,6 +139,7 @@ class ModelClient:
         if r.api_base:
             kw["api_base"] = r.api_base
         kw["api_key"] = self.api_key()
+        remember(kw["api_key"])
         extra = dict(r.extra_body)
         if tools:
             tool_kw: dict[str, Any] = {"tools": _strict(tools) if r.strict_tools else tools}

@@ -12,7 +12,8 @@ a function of (request body, request headers) -> (HTTP status, JSON body). Two s
   `</data>` after it, in any case and with any spaces inside the tag.
 - `echo_headers`: a provider error (HTTP 400) whose message repeats every request header, the key included.
 
-It keeps the bodies it was sent (`requests`), never the headers.
+It answers `GET /v1/models` (the health check the run makes when a call failed) and keeps the bodies it was
+sent (`requests`), never the headers.
 """
 
 from __future__ import annotations
@@ -135,6 +136,16 @@ class PaidApiDouble:
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - the health check a hosted API answers: GET /v1/models
+                data = json.dumps({"object": "list", "data": [{"id": "double", "object": "model"}]}).encode()
+                found = self.path.rstrip("/").endswith("/models")
+                self.send_response(200 if found else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data) if found else 0))
+                self.end_headers()
+                if found:
+                    self.wfile.write(data)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -1,6 +1,11 @@
 """Keys and servers (#12 §5): a role names where its key lives, never the key; servers we start bind to loopback
 unless told otherwise and require a key when exposed.
 
+The whole-round test runs `coevo run` (one tiny round) with every API role (expert, reflector, MLE-agent locator,
+judge) on the paid-API test double, each with its own marker key, LiteLLM's debug log on and a provider error that
+echoes the request headers (the expert's first call); then it greps the run directory, Prefect's database and
+files, the command's output, Ray's logs and the dashboard's API responses: the markers appear 0 times.
+
 The flow test runs a real evaluation (`coevo run`, oracle expert, one quick family, its own Ray and Prefect
 home in a subprocess) with a fake key in an environment variable, then searches every file the run wrote (run
 store, Prefect's database and logs, Ray's session logs, the command's output) and the flow runs' parameters
@@ -31,6 +36,7 @@ from deploy.vllm_server import (
 )
 from flows.config import ConfigError, load_config, parse_config, preflight
 from harness import baseline
+from paid_api_double import PaidApiDouble, echo_headers, gullible
 from scripted_model import Step, counter_env, scripted
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,6 +172,26 @@ asyncio.run(main())
 """
 
 
+def _readable(p: Path, data: bytes) -> bytes:
+    """A file's bytes as a grep should see them: Parquet tables decoded (their pages are compressed), gzip
+    opened; anything else as it is."""
+    if p.suffix == ".parquet":
+        import polars as pl
+
+        try:
+            return data + pl.read_parquet(p).write_ndjson().encode()
+        except Exception:  # noqa: BLE001 - a torn or foreign file: its raw bytes are still searched
+            return data
+    if data[:2] == b"\x1f\x8b":
+        import gzip
+
+        try:
+            return data + gzip.decompress(data)
+        except OSError:
+            return data
+    return data
+
+
 def _files_holding(root: Path, needle: bytes) -> list[str]:
     hits, searched, size = [], 0, 0
     for p in root.rglob("*"):
@@ -175,7 +201,7 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
             except OSError:
                 continue
             searched, size = searched + 1, size + len(data)
-            if needle in data:
+            if needle in _readable(p, data):
                 hits.append(str(p))
     print(f"searched {searched} files ({size / 1e6:.1f} MB) under {root}: {len(hits)} hold the key")
     return hits
@@ -214,5 +240,94 @@ def test_a_flow_run_with_a_key_writes_it_nowhere(tmp_path: Path) -> None:
         assert len(got["runs"]) >= 4 and "COEVO_TEST_KEY" in params  # evaluation + evaluate[expert], each read twice
         assert FAKE_KEY not in params and got["secret_ok"]
         print(f"flow runs read back: {len(got['runs']) // 2}; parameters holding the key: 0")  # (the Secret block is saved only after the search)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+# --- a whole round with every API role on its own marker key ------------------------------------------------
+
+ROLES = ("expert", "reflector", "locator", "judge")
+DASHBOARD_API = ("flow_runs/filter", "task_runs/filter", "logs/filter", "artifacts/filter", "variables/filter",
+                 "block_documents/filter", "deployments/filter")
+
+
+class EchoingDouble:
+    """The paid-API test double's gullible model, except the expert's first call: a provider error (HTTP 400)
+    whose message repeats the request headers, its key included. Remembers every key it was sent."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.echoed = 0
+
+    def __call__(self, body: dict, headers: dict[str, str]) -> tuple[int, dict]:
+        key = (headers.get("Authorization") or headers.get("authorization") or "").removeprefix("Bearer ").strip()
+        first = key not in self.keys
+        self.keys.add(key)
+        if first and key.startswith("coevoMARKexpert"):
+            self.echoed += 1
+            return echo_headers(body, headers)
+        return gullible(body, headers)
+
+
+def _dashboard_responses(env: dict[str, str], log: Path) -> str:
+    """Every listing the dashboard's API gives (and each flow run read alone), as one text."""
+    from tests.ops_helpers import dashboard
+
+    out = []
+    with dashboard(free_port(), env, log) as url:
+        for path in DASHBOARD_API:
+            r = httpx.post(f"{url}/api/{path}", json={"limit": 200}, timeout=60)
+            assert r.status_code == 200, (path, r.text[:300])
+            out.append(r.text)
+        for run in json.loads(out[0]):
+            out.append(httpx.get(f"{url}/api/flow_runs/{run['id']}", timeout=60).text)
+    return "\n".join(out)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_whole_round_writes_no_role_key_anywhere(tmp_path: Path, vllm_server: str, tiny_model_dir: Path) -> None:
+    from test_flows_round import round_config
+
+    markers = {role: f"coevoMARK{role}" + os.urandom(12).hex() for role in ROLES}
+    short = Path(tempfile.mkdtemp(prefix="kr", dir="/tmp"))
+    double = EchoingDouble()
+    try:
+        with PaidApiDouble(double) as api:
+            raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+            raw["round"]["index"] = 200_000 + os.getpid() % 100_000
+            raw["round"].update(arms=["corr"])
+            raw["evaluation"]["n_instances"] = 1
+            raw["round"]["search"].update(budget_rollouts=3, minibatch_size=1, train_instances=1, val_instances=1)
+            raw["round"]["data"].update(instances=1)
+            raw["round"]["gate"].update(val_instances=1)
+            for role in ROLES:
+                raw["models"][role] = {"model": f"openai/{role}", "api_base": api.base, "max_tokens": 256,
+                                       "api_key_env": f"COEVO_MARK_{role.upper()}", "input_cost_per_token": 1e-9,
+                                       "output_cost_per_token": 1e-9}
+            raw["round"]["search"]["reflector"] = "llm:openai/reflector"
+            raw["round"]["budget_usd"] = 5.0  # paid roles need a run budget (preflight)
+            raw["round"]["correction"].update(locator="mle_agent:openai/locator", selector="judge:openai/judge")
+            raw["attribution"] = {"attributor": "judge"}
+            (tmp_path / "round.yaml").write_text(yaml.safe_dump(raw))
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RAY_"))}
+            env.update(PREFECT_HOME=str(short / "prefect"), RAY_TMPDIR=str(short / "ray"), PYTHONPATH=str(REPO),
+                       LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="DEBUG",
+                       PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240",
+                       **{f"COEVO_MARK_{r.upper()}": m for r, m in markers.items()})
+            run = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--config", str(tmp_path / "round.yaml")],
+                                 cwd=tmp_path, env=env, capture_output=True, timeout=1800)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out.decode(errors="replace")[-3000:]
+        assert set(markers.values()) <= double.keys and double.echoed == 1  # every role called with its key
+        assert b"LiteLLM:DEBUG" in out  # LiteLLM's debug log was on
+        (tmp_path / "command-output.txt").write_bytes(out)
+        (tmp_path / "dashboard-api.json").write_text(_dashboard_responses(env, tmp_path / "dashboard.log"))
+        hits = {role: _files_holding(tmp_path, m.encode()) + _files_holding(short, m.encode())
+                for role, m in markers.items()}
+        assert list((short / "prefect").glob("*.db")) and list((short / "ray").rglob("*.log"))  # they were searched
+        print(f"whole round, {len(markers)} API roles on marker keys: marker hits {sum(map(len, hits.values()))}")
+        assert hits == {role: [] for role in ROLES}
+        assert _files_holding(tmp_path, b"[redacted]")  # the echoed headers were stored, with the key taken out
     finally:
         shutil.rmtree(short, ignore_errors=True)
