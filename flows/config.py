@@ -366,13 +366,13 @@ def preflight(config: RunConfig, repo_root: Path | None = None, model_checks: bo
             raise ConfigError(f"training.base_model: model directory '{config.training.base_model}' does not exist")
     _check_key_variables(config)
     available = len(SPLIT_RANGES[config.evaluation.split])
+    if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
+        raise ConfigError(f"evaluation.n_instances: {config.evaluation.n_instances} > the {available} "
+                          f"{config.evaluation.split} instances each family has (use null for all)")
     if model_checks:
         from flows.doctor import require_ready
 
         require_ready(config, root)
-    if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
-        raise ConfigError(f"evaluation.n_instances: {config.evaluation.n_instances} > the {available} "
-                          f"{config.evaluation.split} instances each family has (use null for all)")
 
 
 def _preflight_round(config: RunConfig, root: Path, tiny_out: Path | None) -> None:
