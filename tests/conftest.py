@@ -39,8 +39,9 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     from deploy.vllm_server import ServeSpec, free_port, start_server, stop_server
 
     state_dir = tmp_path_factory.mktemp("vllm-state")
+    # 16384: the LLM reflector's prompt carries its answer schema whole (~6.4k tokens of the tiny tokenizer)
     spec = ServeSpec(model=str(tiny_model_dir), name="tiny", port=free_port(), max_lora_rank=16, max_loras=2,
-                     max_model_len=8192, cpu_kvcache_gib=1)
+                     max_model_len=16384, cpu_kvcache_gib=1)
     handle = start_server(spec, state_dir=state_dir, ready_timeout_s=400)
     try:
         yield handle.api_base

@@ -31,7 +31,7 @@ from harness.evolution.records import (CallSummary, EvolutionCandidate, Proposal
                                        RolloutResult, TriggerEvent, apply_proposed)
 from harness.evolution.reflectors.library import draw
 from harness.evolution.reflectors.library_rules import suggestions
-from harness.evolution.reflectors.llm import answer_schema, extract_json, parse_answer
+from harness.evolution.reflectors.llm import LlmReflector, answer_schema, extract_json, parse_answer
 from harness.evolution.sampling import CONSTANT_FAIL, CONSTANT_PASS, UNSEEN, VARIED, EpochSampler, InformativeSampler
 
 FAMILY = "payroll_audit"
@@ -265,6 +265,24 @@ def test_llm_answers_are_parsed_into_typed_edits_or_rejected_with_the_reason() -
     assert extract_json('noise {"edits": []} noise') == {"edits": []}
     schema = answer_schema()
     assert schema["required"] == ["edits"] and "SetToolExamples" in schema["$defs"]
+
+
+def test_llm_reflector_prompt_fits_its_cap_after_the_data_blocks_escape_it() -> None:
+    """Escaping `<`, `>` and `&` lengthens the evidence; the cap holds for what is sent (a tiny model's window)."""
+    h = baseline(FAMILY)
+    noisy = "<tool_call>{\"a\": \"x & y\"}</tool_call> " * 400
+    dataset = ReflectiveDataset(family=FAMILY, harness_id=h.id, records=[
+        _result(i, False, failed_checks=["gross_pay"], feedback=noisy, transcript=noisy, instruction=noisy)
+        for i in range(4)])
+    sizes = {}
+    for cap in (4000, 16_000, 40_000):
+        reflector = LlmReflector("m", complete=lambda m, s: None, max_prompt_chars=cap)  # type: ignore[arg-type,return-value]
+        messages = reflector.messages(h, dataset, ProposalBudget(max_edits=2))
+        sizes[cap] = sum(len(m["content"]) for m in messages)
+        assert "&lt;tool_call&gt;" in messages[1]["content"]
+    assert 15_000 <= sizes[16_000] <= 16_000 and sizes[16_000] < sizes[40_000] <= 40_000
+    fixed = len(json.dumps(answer_schema(), separators=(",", ":"))) + 1000  # below the fixed part, 1,000 characters of evidence still go
+    assert fixed < sizes[4000] <= fixed + 3000
 
 
 def test_strategy_flags_follow_name_or_name_colon_model() -> None:

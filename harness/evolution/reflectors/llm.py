@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from harness.data_blocks import DATA_RULE, data_block
+from harness.data_blocks import DATA_RULE, data_block, escape
 from harness.evolution.protocols import Completion, CompletionFn
 from harness.evolution.records import (Proposal, ProposalBudget, ProposedEdit, ReflectiveDataset, RejectedEdit,
                                        RolloutResult, apply_proposed)
@@ -110,6 +110,14 @@ def parse_answer(harness: Harness, text: str) -> tuple[list[ProposedEdit], list[
     return applied, rejected + invalid
 
 
+def _clip_escaped(text: str, max_chars: int) -> str:
+    """`text` clipped so that its escaped form (what the data block holds) fits `max_chars`."""
+    out = clip(text, max_chars)
+    while len(escape(out)) > max_chars and len(out) > 100:
+        out = clip(text, len(out) - (len(escape(out)) - max_chars) - 1)
+    return out
+
+
 class LlmReflector:
     """See the module docstring. `model` is the LiteLLM model string (for the name and the prompt only)."""
 
@@ -126,17 +134,22 @@ class LlmReflector:
         return f"llm:{self.model}"
 
     def messages(self, harness: Harness, dataset: ReflectiveDataset, budget: ProposalBudget) -> list[dict[str, Any]]:
-        """The prompt, kept under `max_prompt_chars`: the schema whole, the harness and the evidence clipped."""
+        """The prompt, kept under `max_prompt_chars` as sent (escaped): the instructions and the schema whole, the
+        harness and the evidence clipped to the rest. A cap below the fixed part (~12k characters, most of it the
+        answer schema) still leaves 1,000 characters of harness and evidence, so the prompt exceeds such a cap."""
         system = SYSTEM.format(k=budget.max_edits)
         schema = json.dumps(self._schema, separators=(",", ":"))
-        room = max(2000, self.max_prompt_chars - len(system) - len(schema) - 300)
-        harness_yaml = clip(harness.to_yaml(), room * 2 // 5)
+
+        def user(harness_yaml: str, evidence: str) -> str:
+            return (f"Task family: {dataset.family}\n\nCurrent harness (YAML):\n{data_block('harness', harness_yaml)}"
+                    f"\n\nFailing rollouts ({len(dataset.failures)} of {len(dataset.records)}):\n"
+                    f"{data_block('failing_rollouts', evidence)}\n\nAnswer schema:\n{schema}")
+
+        room = max(1000, self.max_prompt_chars - len(system) - len(user("", "")))
+        harness_yaml = _clip_escaped(harness.to_yaml(), room * 2 // 5)
         failures = [_failure_view(r, self.transcript_chars) for r in dataset.failures[:4]]
-        evidence = clip(json.dumps(failures, indent=1), max(1000, room - len(harness_yaml)))
-        user = (f"Task family: {dataset.family}\n\nCurrent harness (YAML):\n{data_block('harness', harness_yaml)}\n\n"
-                f"Failing rollouts ({len(dataset.failures)} of {len(dataset.records)}):\n"
-                f"{data_block('failing_rollouts', evidence)}\n\nAnswer schema:\n{schema}")
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        evidence = _clip_escaped(json.dumps(failures, indent=1), max(500, room - len(escape(harness_yaml))))
+        return [{"role": "system", "content": system}, {"role": "user", "content": user(harness_yaml, evidence)}]
 
     def propose(self, harness: Harness, dataset: ReflectiveDataset, budget: ProposalBudget,
                 rng: random.Random) -> Proposal:
