@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import inspect
 import json
 import logging
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -95,6 +97,13 @@ class Environment(ABC):
 
     def _teardown(self) -> None:
         """Free resources (temp dirs, browsers). Must tolerate being called when setup never ran."""
+
+    @staticmethod
+    def normalize_output(text: str) -> str:
+        """A tool result with the volatile parts this runtime's tools print (temp paths, ports, durations:
+        tasks/runtime/volatile.py) replaced by placeholders. Identity here; the workspace and browser
+        runtimes override it."""
+        return text
 
     # --- provided -----------------------------------------------------------------------------
     def reset(self) -> str:
@@ -191,31 +200,48 @@ class Draft(BaseModel):
     payload: dict[str, Any]
 
 
-class Family(ABC):
-    """A task family, declared in its package's `__init__.py` from its four modules:
+class Family:
+    """A task family, declared in its package's `__init__.py` (`tasks/<family>/__init__.py`). The declaration
+    states `name`, `description` and `env_class` (`env.<Family>Env`, built per instance: cheaply, heavy work
+    belongs in `_setup`), and only what differs from these defaults, taken from the package's own modules:
 
     - `draft(index, rng)`: `data.draft`, drawing only from the seeded `rng` it is given;
-    - `env_class`: `env.<Family>Env`, built per instance (cheaply; heavy work belongs in `_setup`);
-    - `oracle_action(env, history)`: `oracle.next_action`, the reference policy;
-    - `check_names`: `verify.CHECK_NAMES`, every check name a verdict of this family can contain.
+    - `oracle_action(env, history)`: `oracle.next_action` on the family's own environment, the reference policy;
+    - `check_names`: `verify.CHECK_NAMES`, every check name a verdict of this family can contain;
+    - `difficulties`: easy and hard;
+    - `normalize_result(tool, content)`: its environment's `normalize_output(content)`.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
-    difficulties: ClassVar[tuple[str, ...]]
-    check_names: ClassVar[tuple[str, ...]]
     env_class: ClassVar[type[Environment]]
+    difficulties: ClassVar[tuple[str, ...]] = ("easy", "hard")
+    check_names: ClassVar[tuple[str, ...]]
+    data_module: ClassVar[ModuleType]
+    oracle_module: ClassVar[ModuleType]
 
-    @abstractmethod
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The defaults from the declaring package's `data`, `oracle` and `verify` modules (imported now)."""
+        super().__init_subclass__(**kwargs)
+        missing = [k for k in ("name", "description", "env_class") if not hasattr(cls, k)]
+        if missing:
+            raise TypeError(f"family {cls.__name__} must state {', '.join(missing)} (tasks.base.Family)")
+        package = cls.__module__
+        cls.data_module = importlib.import_module(f"{package}.data")
+        cls.oracle_module = importlib.import_module(f"{package}.oracle")
+        if not hasattr(cls, "check_names"):
+            cls.check_names = importlib.import_module(f"{package}.verify").CHECK_NAMES
+
     def draft(self, index: int, rng: random.Random) -> Draft:
         """The instance's text, difficulty and payload; `rng` is seeded by (family, index)."""
+        return self.data_module.draft(index, rng)
 
-    @abstractmethod
     def oracle_action(self, env: Environment, history: Sequence[Step]) -> ToolCall | FinalAnswer:
         """Next action of the reference policy from the current state of `env` (privileged access allowed).
 
         Must solve the instance from any reachable state where that is still possible.
         """
+        return self.oracle_module.next_action(self.own_env(env), history)
 
     def generate(self, index: int) -> TaskInstance:
         """Deterministic in (family, index); an index that is in no split is refused before any work."""
@@ -238,9 +264,10 @@ class Family(ABC):
         """A tool result with its volatile parts (e.g. timestamps, generated ids) replaced by placeholders.
 
         Replaying a recorded prefix compares each replayed result with the recorded one after this
-        normalisation (`agents.prefix`); families whose tools return such parts override it. Identity here.
+        normalisation (`agents.prefix`). By default the environment's runtime says what is volatile
+        (`Environment.normalize_output`); a family whose own tools print more overrides this.
         """
-        return content
+        return self.env_class.normalize_output(content)
 
     def instances(self, split: Split | None = None, n: int | None = None) -> list[TaskInstance]:
         """A split's instances (all 100 evaluation instances when None); `pretrain` needs `n` (it is unbounded)."""

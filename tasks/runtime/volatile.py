@@ -1,6 +1,6 @@
 """The volatile parts of tool results: what may differ between two executions of the same call sequence on
-the same instance, replaced by fixed placeholders (`Family.normalize_result` of the families whose tools
-produce them). Replaying a recorded prefix compares results after this normalisation, so each pattern here
+the same instance, replaced by fixed placeholders (`Environment.normalize_output` of the workspace and
+browser runtimes, which `Family.normalize_result` uses). Replaying a recorded prefix compares results after this normalisation, so each pattern here
 is narrow: it must not hide a real difference in state.
 
 - temp directories we create (`mkdtemp` names: `/tmp/coevo-payroll_audit-k3j9x0qa`), seen in command

@@ -21,6 +21,7 @@ from typing import ClassVar
 from tasks.base import Environment
 from tasks.runtime.disk import make_workspace, remove_workspace
 from tasks.runtime.sandbox import SANDBOX_ROOT, Sandbox, SandboxLimits
+from tasks.runtime.volatile import normalize_command_output
 from tasks.runtime.workspace_copy import WorkspaceCopy, copy_workspace
 from tasks.tooling import ToolError, off_loop, tool
 
@@ -34,6 +35,7 @@ class WorkspaceEnvironment(Environment):
     """Subclasses write their starting files in `_populate(root)`; `verify()` judges a snapshot of the directory."""
 
     sandbox_limits: ClassVar[SandboxLimits] = SandboxLimits()
+    normalize_output = staticmethod(normalize_command_output)  # temp paths, durations, clocks in command output
 
     _root: Path | None = None
 

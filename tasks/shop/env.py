@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from tasks.base import Environment
 from tasks.records import TaskInstance
 from tasks.runtime.browser import BrowserSession
+from tasks.runtime.volatile import normalize_browser_output
 from tasks.shop.app import App, ShopApp
 from tasks.shop.data import Shop, dump_tables, generate_shop, write_db
 from tasks.shop.server import ShopServer
@@ -32,6 +33,7 @@ class ShopEnvironment(Environment):
     tools)."""
 
     action_timeout_s: ClassVar[float] = 8.0
+    normalize_output = staticmethod(normalize_browser_output)  # the shop server's port, clocks in page text
 
     def __init__(self, instance: TaskInstance) -> None:
         super().__init__(instance)
