@@ -7,7 +7,8 @@ Reads every trajectory table under --trajectories and corrects the failing ones 
 'baseline' (h0 per family), a harness file, or a directory of them (one h* per family): each trajectory is
 matched to the harness it ran under by content hash. Episodes run in this process (no Ray). Writes, under
 --out (a run directory, resumable: a rerun repeats no finished episode):
-  trajectories/correction_data/*.parquet   the corrected trajectories (`coevo train --data OUT/trajectories --mask turns`)
+  trajectories/correction_data/*.parquet   the corrected trajectories (`coevo train --data OUT` trains on them,
+                                           their marked turns only)
   datasets/correction_data/corrections.parquet and card.json   the Correction records and the dataset card
 """
 

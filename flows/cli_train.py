@@ -5,6 +5,7 @@ option per field; default and help from the field), so they cannot drift from th
 
     coevo dataset build --trajectories runs/x/trajectories/rollout --tokenizer .cache/tiny-model --mask assistant --out D
     coevo train --data D --base .cache/tiny-model --out A --seeds 3 --serve-port 8000 --name student@r1
+    coevo train --data runs/x/corr --base .cache/tiny-model --out A     # what `coevo correct --out runs/x/corr` wrote
 """
 
 from __future__ import annotations
@@ -85,6 +86,26 @@ def dataset_build(
     _build(trajectories, tokenizer, mask, out, turns, length, chat_template)
 
 
+def _correction_rows(data: Path, mask: str | None) -> tuple[Path, str]:
+    """`--data` given as a `coevo correct --out` directory: its corrected trajectories (trained on their marked
+    turns), not the whole directory (its Correction table and episode cache are no training rows); else as is."""
+    from flows.correction_stage import STAGE
+
+    if data.name == STAGE and (data / "corrections.parquet").exists():  # the Correction records' own directory
+        fail(f"--data: {data} holds Correction records, not training rows; pass the `coevo correct --out` "
+             f"directory ({data.parent.parent})")
+    if not (data / "datasets" / STAGE).is_dir():
+        return data, mask or "assistant"
+    rows = data / "trajectories" / STAGE
+    if not rows.is_dir():
+        fail(f"--data: {data} (a `coevo correct` directory) has no corrected trajectories: see "
+             f"{data / 'datasets' / STAGE / 'card.json'}")
+    if mask not in (None, "turns"):
+        fail(f"--mask {mask}: corrected trajectories train on their marked turns only (--mask turns), never "
+             "on the student's failing turns")
+    return rows, "turns"
+
+
 def _serve(summaries: list[TrainSummary], api_base: str, name: str, api_key: str | None) -> None:
     from deploy.vllm_server import load_adapter
 
@@ -96,12 +117,15 @@ def _serve(summaries: list[TrainSummary], api_base: str, name: str, api_key: str
 
 @model_options(config=TrainConfig, length=LengthRule)
 def train(
-    data: Annotated[Path, typer.Option(help="A built dataset, or a trajectory directory (built with --mask).")],
+    data: Annotated[Path, typer.Option(help="A built dataset, a trajectory directory (built with --mask), or the "
+                                            "output directory of `coevo correct` (its corrected trajectories).")],
     base: Annotated[Path, typer.Option(help="Base (student) model directory.")],
     out: Annotated[Path, typer.Option(help="Output directory: seed-<s>/ adapter per seed.")],
     config: TrainConfig,
     length: LengthRule,
-    mask: Annotated[str, typer.Option(help=MASK_HELP + " Only when --data holds trajectories.")] = "assistant",
+    mask: Annotated[Optional[str], typer.Option(
+        help=MASK_HELP + " Only when --data holds trajectories. Default: assistant; turns for the output "
+        "directory of `coevo correct`.")] = None,
     serve_port: Annotated[Optional[int], typer.Option(help="Load the adapters into the vLLM server on this port.")] = None,
     serve_host: Annotated[str, typer.Option(help="Host of that server.")] = "127.0.0.1",
     serve_api_key_env: Annotated[Optional[str], typer.Option(
@@ -124,6 +148,7 @@ def train(
     existing_path(data, "--data")
     existing_path(base, "--base", "dir")
     writable_dir(out, "--out")
+    data, mask = _correction_rows(data, mask)
     if not is_dataset(data):
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every rank would write the same files at once
             raise typer.BadParameter("under accelerate launch with several processes, --data must be a built "

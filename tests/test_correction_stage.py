@@ -145,3 +145,28 @@ def test_the_episode_cache_does_not_depend_on_where_the_model_is_served(failing,
     assert legacy != cache._path(at[8123]) and cache._cached(at[8141]) is None
     write_trajectories(legacy, [failing[0]])  # an episode cached by a run that keyed on its server
     assert cache._cached(at[8123]) == failing[0] and cache._cached(at[8141]) is None
+
+
+def test_train_takes_the_correct_output_directory(failing, tmp_path, tiny_model_dir):
+    """`coevo correct --out DIR` then `coevo train --data DIR`: an adapter from the corrected trajectories (their
+    marked turns), not a schema error about the Correction table; a wrong directory or mask is one line."""
+    from flows.cli import app as coevo
+
+    src = tmp_path / "src" / "trajectories.parquet"
+    write_trajectories(src, failing[:1])
+    out = tmp_path / "corr"
+    res = CliRunner().invoke(app(), ["--trajectories", str(src.parent), "--student", STUDENT, "--replays", "1",
+                                     "--allow-split", "test", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    fast = ["--base", str(tiny_model_dir), "--epochs", "1", "--seeds", "1", "--effective-batch", "1",
+            "--no-gradient-checkpointing", "--no-progress"]
+    trained = CliRunner().invoke(coevo, ["train", "--data", str(out), "--out", str(tmp_path / "a"), *fast])
+    assert trained.exit_code == 0, trained.output
+    assert (tmp_path / "a" / "seed-0" / "adapter_model.safetensors").exists()
+    manifest = json.loads((tmp_path / "a" / "dataset" / "manifest.json").read_text())
+    assert manifest["mask"] == "turns" and manifest["stats"]["examples"] == 1
+    assert [s["tag"] for s in manifest["sources"]] == ["correction"] and len(manifest["sources"][0]["trained_turns"]) == 1
+    table = CliRunner().invoke(coevo, ["train", "--data", str(out / "datasets" / STAGE), "--out", str(tmp_path / "b"), *fast])
+    assert table.exit_code == 2 and f"pass the `coevo correct --out` directory ({out})" in _text(table.output)
+    mask = CliRunner().invoke(coevo, ["train", "--data", str(out), "--mask", "assistant", "--out", str(tmp_path / "b"), *fast])
+    assert mask.exit_code == 2 and "--mask turns" in _text(mask.output) and not (tmp_path / "b").exists()
