@@ -35,12 +35,14 @@ class Job(BaseModel):
     name: str = Field(description="Column of the table.")
     model: str = Field(description="'micro' (deploy/micro) or 'tiny-moe' (built into the check's directory).")
     target_experts: bool = False
-    fsdp: bool = Field(default=False, description="Trained in its own FSDP launch (GPU only).")
+    fsdp: int = Field(default=0, ge=0, le=2, description="0, or the FSDP version of its own launch (GPU only).")
 
 
 JOBS = [Job(name="micro (dense)", model="micro"), Job(name="tiny MoE", model="tiny-moe"),
         Job(name="tiny MoE + experts", model="tiny-moe", target_experts=True)]
-FSDP_JOB = Job(name="tiny MoE + experts, FSDP", model="tiny-moe", target_experts=True, fsdp=True)
+# FSDP1 flattens a wrapped layer's parameters into one buffer; FSDP2 shards each parameter (DTensor). Both are
+# checked: LoRA on fused experts (peft's target_parameters) is known to break FSDP1 (peft issue 3080).
+FSDP_JOBS = [Job(name=f"tiny MoE + experts, FSDP{v}", model="tiny-moe", target_experts=True, fsdp=v) for v in (1, 2)]
 
 
 def _model_dir(out: Path, model: str) -> Path:
@@ -84,37 +86,44 @@ def train_config(job: Job, cpu: bool) -> object:
                        precision="fp32" if cpu else "bf16")
 
 
-def train_jobs(out: Path, cpu: bool, fsdp: bool) -> None:
-    """Inside `accelerate launch`: train the check's jobs (or the FSDP job) with the project's LoRA code."""
+def train_jobs(out: Path, cpu: bool, fsdp: int) -> None:
+    """Inside `accelerate launch`: train the check's jobs (or the FSDP job of that version) with our LoRA code."""
     from training.lora import train_seeds
 
-    for job in [FSDP_JOB] if fsdp else JOBS:
+    for job in [j for j in FSDP_JOBS if j.fsdp == fsdp] if fsdp else JOBS:
         train_seeds(out / "data" / job.model, _model_dir(out, job.model), out / "adapters" / job.name.replace(" ", "_"),
                     train_config(job, cpu), show_progress=False)
 
 
-def _accelerate_config(out: Path, cpu: bool, fsdp: bool) -> Path:
-    if fsdp:
+def _accelerate_config(out: Path, cpu: bool, fsdp: int) -> Path:
+    if fsdp == 1:
         cfg = {"distributed_type": "FSDP", "num_processes": 1, "mixed_precision": "bf16",
                "fsdp_config": {"fsdp_version": 1, "fsdp_sharding_strategy": "FULL_SHARD", "fsdp_use_orig_params": True,
                                "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
                                "fsdp_sync_module_states": True, "fsdp_cpu_ram_efficient_loading": False}}
+    elif fsdp == 2:
+        cfg = {"distributed_type": "FSDP", "num_processes": 1, "mixed_precision": "bf16",
+               "fsdp_config": {"fsdp_version": 2, "fsdp_reshard_after_forward": True,
+                               "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+                               "fsdp_cpu_ram_efficient_loading": False}}
     else:
         cfg = {"distributed_type": "NO", "num_processes": 1, "use_cpu": cpu, "mixed_precision": "no" if cpu else "bf16"}
-    path = out / ("accelerate_fsdp.json" if fsdp else "accelerate.json")
+    path = out / (f"accelerate_fsdp{fsdp}.json" if fsdp else "accelerate.json")
     path.write_text(json.dumps({"compute_environment": "LOCAL_MACHINE", "num_machines": 1, "machine_rank": 0, **cfg}))
     return path
 
 
-def launch(out: Path, cpu: bool, fsdp: bool = False) -> tuple[int, float, str]:
+def launch(out: Path, cpu: bool, fsdp: int = 0) -> tuple[int, float, str]:
     """`accelerate launch --config_file ... -m deploy.gpu_check train`: (exit code, seconds, output tail)."""
     from training.targets import model_layout
 
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(_accelerate_config(out, cpu, fsdp))]
     if fsdp:
         cmd += ["--fsdp_transformer_layer_cls_to_wrap", model_layout(out / "tiny-moe").decoder_layer or ""]
-    cmd += ["-m", "deploy.gpu_check", "train", "--out", str(out)] + (["--cpu"] if cpu else []) + (["--fsdp"] if fsdp else [])
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    cmd += ["-m", "deploy.gpu_check", "train", "--out", str(out)] + (["--cpu"] if cpu else [])
+    cmd += ["--fsdp", str(fsdp)] if fsdp else []
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     return proc.returncode, time.monotonic() - t0, (proc.stdout + proc.stderr)[-3000:]
@@ -190,8 +199,8 @@ def run(out: Path, cpu: bool) -> int:
         print("gpu_check: no CUDA device visible to torch (use --cpu for the CPU twin)", file=sys.stderr)
         return 2
     prepare(out)
-    jobs = JOBS + ([] if cpu else [FSDP_JOB])
-    launches = {False: launch(out, cpu)} | ({} if cpu else {True: launch(out, cpu, fsdp=True)})
+    jobs = JOBS + ([] if cpu else FSDP_JOBS)
+    launches = {0: launch(out, cpu)} | ({} if cpu else {v: launch(out, cpu, fsdp=v) for v in (1, 2)})
     rows = [Row(check="accelerate launch")]
     for job in jobs:
         code, secs, tail = launches[job.fsdp]
@@ -218,7 +227,7 @@ def main() -> None:
     ap.add_argument("step", choices=["run", "train"], help="run: the whole check; train: inside accelerate launch")
     ap.add_argument("--out", type=Path, required=True, help="Work directory (models, data, adapters, the table).")
     ap.add_argument("--cpu", action="store_true", help="The CPU twin: fp32 on CPU, no FSDP job (CI runs it).")
-    ap.add_argument("--fsdp", action="store_true", help="(train) the FSDP job only.")
+    ap.add_argument("--fsdp", type=int, choices=[1, 2], default=0, help="(train) the FSDP job of this version only.")
     args = ap.parse_args()
     if args.step == "train":
         train_jobs(args.out, args.cpu, args.fsdp)

@@ -150,7 +150,7 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
                             f"{r.length.max_len}: evaluated contexts are shorter than trained ones")
     if r.accelerate_config and (root / r.accelerate_config).is_file():
         errors += _check_accelerate(config, root / r.accelerate_config, spec.device if spec else "cpu")
-        errors += _check_fsdp_wrap(root / r.accelerate_config, root / r.student_weights)
+        errors += _check_fsdp_wrap(root / r.accelerate_config, root / r.student_weights, r.lora.target_experts)
     elif spec is not None and spec.device == "gpu":
         warnings.append("round.accelerate_config is unset: LoRA trains in the flow's own process (one device)")
     placed = check_placement(config, root)
@@ -158,15 +158,22 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
     return warnings + placed.warnings + serve_warnings, errors + placed.errors + serve_errors
 
 
-def _check_fsdp_wrap(path: Path, weights: Path) -> list[str]:
+def _check_fsdp_wrap(path: Path, weights: Path, experts: bool = False) -> list[str]:
     """An FSDP config that names a wrap class must name the student's decoder layer (the train stage passes the
-    model's own class to `accelerate launch` when the config names none)."""
+    model's own class to `accelerate launch` when the config names none); expert LoRA needs FSDP2."""
     try:
         acc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError):
         return []  # _check_accelerate reports it
-    named = (acc.get("fsdp_config") or {}).get("fsdp_transformer_layer_cls_to_wrap")
-    if acc.get("distributed_type") != "FSDP" or not named or not (weights / "config.json").is_file():
+    if acc.get("distributed_type") != "FSDP":
+        return []
+    fsdp = acc.get("fsdp_config") or {}
+    if experts and int(fsdp.get("fsdp_version", 1)) == 1:
+        return [f"round.accelerate_config: {path.name} uses FSDP1, which cannot train LoRA on fused experts "
+                "(round.lora.target_experts; peft's expert wrapper reads a view of FSDP1's flat buffer that FSDP1 "
+                "rewrites in place: failed on an H200, 2026-12-04); set fsdp_config.fsdp_version: 2"]
+    named = fsdp.get("fsdp_transformer_layer_cls_to_wrap")
+    if not named or not (weights / "config.json").is_file():
         return []
     layer = model_layout(weights).decoder_layer
     if layer and named != layer:

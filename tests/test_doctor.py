@@ -108,3 +108,20 @@ def test_keys_budget_and_gpus_are_refused_by_name(standins: dict[str, Path], mon
     assert "fix: set round.budget_usd" in found["round.budget_usd"]
     assert "GiB of KV cache" in found["servers.0.max_model_len"]
     assert "models.expert.api_key_env" not in refused(cfg, keys=False)  # --dry-run away from the run's machine
+
+
+def test_expert_lora_under_fsdp1_is_refused_and_the_shipped_fsdp2_config_passes(standins: dict[str, Path],
+                                                                                   tmp_path: Path) -> None:
+    """FSDP1 failed to train LoRA on fused experts on an H200 (deploy/gpu_check.sh); FSDP2 trained it."""
+    from flows.round_plan import check_round
+
+    shipped = REPO / "deploy/accelerate/fsdp.yaml"
+    v1 = yaml.safe_load(shipped.read_text())
+    v1["fsdp_config"] = {**v1["fsdp_config"], "fsdp_version": 1, "fsdp_use_orig_params": True}
+    (tmp_path / "fsdp1.yaml").write_text(yaml.safe_dump(v1))
+    cfg = config("paper", standins["paper"], round__accelerate_config=str(tmp_path / "fsdp1.yaml"))
+    assert cfg.round.lora.target_experts
+    errors = check_round(cfg, REPO)[1]
+    assert any(e.startswith("round.accelerate_config: fsdp1.yaml uses FSDP1") and "fsdp_version: 2" in e
+               for e in errors), errors
+    assert not [e for e in check_round(config("paper", standins["paper"]), REPO)[1] if "FSDP" in e]

@@ -149,7 +149,7 @@ def _set_sync(accelerator: Any, sync: bool) -> None:
     accelerator.gradient_state._set_sync_gradients(sync)
 
 
-def _load_model(base: Path, config: TrainConfig, precision: str) -> Any:
+def _load_model(base: Path, config: TrainConfig, precision: str, fsdp: bool = False) -> Any:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -160,7 +160,10 @@ def _load_model(base: Path, config: TrainConfig, precision: str) -> Any:
     modules, params = lora_targets(model, config)  # explicit names: what peft adapts is our choice (targets.py)
     lora = LoraConfig(r=config.rank, lora_alpha=config.lora_alpha, lora_dropout=config.dropout,
                       target_modules=modules, target_parameters=params or None, bias="none", task_type="CAUSAL_LM")
-    peft_model = get_peft_model(model, lora)  # LoRA weights stay fp32 (peft's default autocast_adapter_dtype)
+    # LoRA weights stay fp32 (peft's default autocast_adapter_dtype), except under FSDP, which flattens each wrapped
+    # layer's parameters into one buffer of one dtype (bf16 base + fp32 adapters: "Must flatten tensors with uniform
+    # dtype", seen on an H200 by deploy/gpu_check.sh): there the adapters keep the base's dtype, as TRL does.
+    peft_model = get_peft_model(model, lora, autocast_adapter_dtype=not fsdp)
     check_adapted(peft_model, config)
     return peft_model
 
@@ -229,7 +232,7 @@ def _setup(n_examples: int, base: Path, config: TrainConfig, seed: int, accelera
                          f"micro_batch ({config.micro_batch}); change --micro-batch or the number of processes")
     # The LoRA init and dropout use torch's global generator; seeding it is how peft runs become repeatable.
     torch.manual_seed(seed)
-    model = _load_model(base, config, precision)
+    model = _load_model(base, config, precision, fsdp=accelerator.distributed_type == DistributedType.FSDP)
     adapted = adapted_share(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
