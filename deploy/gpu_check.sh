@@ -19,7 +19,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) ARGS+=(--cpu); shift ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: deploy/gpu_check.sh [--cpu] [--out DIR]" >&2; exit 2 ;;
+    --fsdp1) ARGS+=(--fsdp1); shift ;;
+    *) echo "usage: deploy/gpu_check.sh [--cpu] [--fsdp1] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 OUT="${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}"
