@@ -69,9 +69,10 @@ def resolve_spec(spec: ServeSpec, repo_root: Path) -> ServeSpec:
     return spec.model_copy(update={"chat_template": str((repo_root / template).resolve()) if template else None})
 
 
-def training_template(spec: ServeSpec | None, repo_root: Path) -> tuple[Path | None, dict[str, bool]]:
-    """The template file (None: the tokenizer's own) and fixed template variables a server renders with:
-    training renders the same way (`training.dataset.load_tokenizer(base, *training_template(...))`)."""
+def training_template(config: RunConfig, role: str, repo_root: Path) -> tuple[Path | None, dict[str, bool]]:
+    """The template file (None: the tokenizer's own) and fixed template variables the server of `role` renders
+    with (none when the run does not manage that server): training renders the same way (`training.fit`)."""
+    spec = config.server_for(config.models[role])
     if spec is None:
         return None, {}
     resolved = resolve_spec(spec, repo_root)

@@ -8,9 +8,10 @@
    again by the leakage guard, masked `assistant`, rendered with the base model's tokenizer.
 2. `<run>/datasets/<key>`: the key hashes the imitation set's key, the filter, the mask, the tokenizer and the
    length rule, so a resumed run finds the dataset and does not rebuild it.
-3. `<run>/adapters/<adapter_name>/seed-<s>`: `training.lora.train_seeds` skips seeds already finished with
-   the same config and data. A name is one adapter: a finished adapter made from other data or settings is
-   an error (bump the version, e.g. student@r2), because evaluation chunks of that name would be reused.
+3. `<run>/adapters/<adapter_name>/seed-<s>`: `training.fit` (one call: dataset key, build, seeds) skips seeds
+   already finished with the same config and data. A name is one adapter: a finished adapter made from other
+   data or settings is an error (bump the version, e.g. student@r2), because evaluation chunks of that name
+   would be reused.
 4. The flow then has the run's server scope hot-load seed 0 into the role's vLLM server under `adapter_name`
    (idempotent on a resumed run; reloaded if that server is restarted later in the run).
 
@@ -25,25 +26,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.records import Trajectory
 from correction.imitation import DATA_FILTER, MASK
 from correction.leakage import check_no_leakage
 from flows import servers
 from flows.config import AdapterConfig, RunConfig
 from flows.imitation_stage import STAGE as IMITATION_STAGE
 from flows.imitation_stage import data_chunks, data_key
-from flows.store import RunStore, content_key
-from training.config import TrainConfig
-from training.dataset import (
-    DatasetStats,
-    build_dataset,
-    is_dataset,
-    load_tokenizer,
-    manifest_sha256,
-    read_manifest,
-    tokenizer_fingerprint,
-    write_dataset,
-)
-from training.lora import SUMMARY_FILE, TrainSummary, finished, train_seeds
+from flows.store import RunStore
+from training.dataset import DatasetStats
+from training.fit import FitResult, fit
 
 log = logging.getLogger(__name__)
 
@@ -69,66 +61,50 @@ class TrainingRecord(BaseModel):
     final_loss: dict[int, float] = Field(description="Seed -> loss of the last optimizer step.")
 
 
-def _chat_template(config: RunConfig, repo_root: Path) -> tuple[Path | None, dict[str, bool]]:
-    """The template (and fixed template variables) the role's server renders with: training renders the same way."""
-    return servers.training_template(config.server_for(config.models[config.training.role]), repo_root)  # type: ignore[union-attr]
-
-
-def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tuple[Path, bool, int]:
-    """Build (or find) the dataset of the imitation set `imitation_data` stored; (dir, built now, source rollouts)."""
+def _fit(config: RunConfig, store: RunStore, repo_root: Path, seeds: list[int] | None = None,
+         show_progress: bool = False) -> tuple[FitResult, int]:
+    """`training.fit` on the imitation set `imitation_data` stored; (its result, the source pair's rollouts)."""
     t = config.training
-    assert t is not None
+    if t is None:
+        raise ValueError("the run config has no `training` section")
     key = data_key(config, data_chunks(config, repo_root))
     done = store.done(IMITATION_STAGE).get(key)
     if done is None:
         raise ValueError(f"training: the imitation set of '{t.source_pair}' on the {t.data_split} split ({key}) is "
                          f"not in run {store.run_id}; the imitation_data stage must run before training")
-    base = (repo_root / t.base_model).resolve()
-    tokenizer = load_tokenizer(base, *_chat_template(config, repo_root))
-    rule = t.length
-    dkey = content_key("dataset", IMITATION_STAGE, key, DATA_FILTER, MASK, tokenizer_fingerprint(tokenizer),
-                       rule.model_dump())
-    out = store.root / "datasets" / dkey
-    if is_dataset(out):
-        return out, False, done["expert_read"]
-    rows = check_no_leakage(store.read_chunks(IMITATION_STAGE, [key]), f"training set of {t.adapter_name}")
-    built = build_dataset(rows, tokenizer, mask=MASK, length=rule, tokenizer_name=str(base))
-    if not built.examples:
-        raise ValueError(f"training: all {len(rows)} rows of the imitation set of '{t.source_pair}' were dropped "
-                         f"({built.manifest.stats.dropped}); see the dataset manifest's `dropped`")
-    write_dataset(built, out)
-    log.info("dataset %s: %d examples, %d trained tokens, dropped %s", out, built.manifest.stats.examples,
-             built.manifest.stats.trained_tokens, built.manifest.stats.dropped)
-    return out, True, done["expert_read"]
+    chat_template, fixed = servers.training_template(config, t.role, repo_root)
+
+    def rows() -> list[Trajectory]:  # read only when the dataset is built
+        return check_no_leakage(store.read_chunks(IMITATION_STAGE, [key]), f"training set of {t.adapter_name}")
+
+    result = fit(rows, (repo_root / t.base_model).resolve(), store.root / "adapters" / t.adapter_name, t.lora, t.length,
+                 key=(IMITATION_STAGE, key, DATA_FILTER), datasets=store.root / "datasets", mask=MASK,
+                 chat_template=chat_template, template_kwargs=fixed, seeds=seeds, label=t.adapter_name,
+                 show_progress=show_progress, conflict_hint="give `training.adapter_name` a new version (names are "
+                 "served and cached by name)")
+    if not result.stats.examples:
+        raise ValueError(f"training: all {result.rows} rows of the imitation set of '{t.source_pair}' were dropped "
+                         f"({result.stats.dropped}); see the dataset manifest's `dropped`")
+    return result, done["expert_read"]
 
 
-def _check_same_adapter(root: Path, config: TrainConfig, data_hash: str, seeds: range) -> None:
-    for seed in seeds:
-        path = root / f"seed-{seed}" / SUMMARY_FILE
-        if path.exists() and finished(path.parent, config, seed, data_hash) is None:
-            raise ValueError(f"{path.parent} already holds an adapter trained on other data or settings; "
-                             f"give `training.adapter_name` a new version (names are served and cached by name)")
+def prepare_dataset(config: RunConfig, store: RunStore, repo_root: Path) -> tuple[Path, bool, int]:
+    """Build (or find) the dataset of the imitation set `imitation_data` stored; (dir, built now, source rollouts)."""
+    result, n_source = _fit(config, store, repo_root, seeds=[])
+    return Path(result.dataset_dir), result.dataset_built, n_source
 
 
 def train(config: RunConfig, store: RunStore, repo_root: Path, show_progress: bool = False) -> TrainingRecord:
     """Dataset (built or found), then one adapter per training seed (finished seeds are skipped)."""
+    r, n_source = _fit(config, store, repo_root, show_progress=show_progress)
     t = config.training
-    if t is None:
-        raise ValueError("the run config has no `training` section")
-    data_dir, built, n_source = prepare_dataset(config, store, repo_root)
-    manifest = read_manifest(data_dir)  # train_seeds reads the rows
-    data_hash = manifest_sha256(data_dir)
+    assert t is not None
     root = store.root / "adapters" / t.adapter_name
-    seeds = range(t.lora.seeds)
-    _check_same_adapter(root, t.lora, data_hash, seeds)
-    reused = [s for s in seeds if finished(root / f"seed-{s}", t.lora, s, data_hash) is not None]
-    summaries: list[TrainSummary] = train_seeds(data_dir, (repo_root / t.base_model).resolve(), root, t.lora, seeds,
-                                                show_progress=show_progress)
     return TrainingRecord(
         adapter_name=t.adapter_name, served_at=config.models[t.role].api_base or "", adapter_dir=str(root / "seed-0"),
-        adapters_root=str(root), dataset_dir=str(data_dir), dataset_built=built, dataset=manifest.stats,
-        source_pair=t.source_pair, source_trajectories=n_source, seeds_trained=[s for s in seeds if s not in reused],
-        seeds_reused=reused, final_loss={s.seed: s.loss_curve[-1].loss for s in summaries if s.loss_curve},
+        adapters_root=str(root), dataset_dir=r.dataset_dir, dataset_built=r.dataset_built, dataset=r.stats,
+        source_pair=t.source_pair, source_trajectories=n_source, seeds_trained=r.seeds_trained,
+        seeds_reused=r.seeds_reused, final_loss=r.final_loss,
     )
 
 

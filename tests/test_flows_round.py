@@ -32,7 +32,6 @@ from flows.round_lock import LOCK_FILE, LockHeld, RunLock
 from flows.round_train import _step_progress
 from flows.round_config import STAGES, RoundConfig
 from flows.store import RunStore, list_runs
-from training.config import TrainConfig
 from training.lora import SUMMARY_FILE, StepLog, TrainSummary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -340,8 +339,7 @@ def test_from_stage_must_name_a_stage_of_an_existing_run(tmp_path: Path, tiny_mo
 
 def test_train_stage_reports_optimizer_steps_and_each_seeds_final_loss(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="flows.round_train")
-    lora = TrainConfig(effective_batch=4, epochs=1, seeds=2)
-    on_step = _step_progress("corr", examples=10, lora=lora, seeds=2)  # 3 steps per seed, 2 seeds
+    on_step = _step_progress("corr", steps_per_seed=3, seeds=2)  # training.fit: 10 examples in batches of 4
     for _seed in range(2):
         for step in (1, 2, 3):
             on_step(StepLog(step=step, epoch=0, loss=1.0 / step, lr=1e-3, trained_tokens=10, tokens=20))

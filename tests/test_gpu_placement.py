@@ -18,8 +18,8 @@ from deploy.vllm_server import ServeSpec
 from flows.cli import app
 from flows.config import ConfigError, parse_config
 from flows.placement import check_lora_serving, check_placement
-from flows.round_train import launch_command
 from training.config import TrainConfig
+from training.launch import launch_command
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "deploy" / "configs" / "gpu_paper.yaml"
