@@ -72,8 +72,8 @@ class ModelRole(BaseModel):
     api_key_secret: str | None = Field(
         default=None, description="Name of a Prefect Secret block holding the key, loaded at call time "
                                   "(agents.client); an alternative to api_key_env.")
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_tokens: int = Field(default=512, gt=0, description="Max generated tokens per call (per turn).")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-call timeout in seconds.")
     retries: int = Field(default=3, ge=0, description="Retries with exponential backoff on transient errors.")

@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from results_io import save_results  # noqa: E402
 
+from flows.config import read_config_data  # noqa: E402  (the config with its `extends:` chain merged)
+
 # With the loss on the corrected turn only, what follows it cannot change the gradient (a causal model's logits at
 # turn t* do not see later tokens): replay/corrected and original/corrected train exactly what none/corrected
 # trains, so they are not run (only their row lengths differ).
@@ -116,7 +118,7 @@ def main() -> None:
                     "config's; another one runs beside the source run, but its student replays are then new episodes "
                     "when the source run cached them under its server, as runs before 2026-12-04 did).")
     args = ap.parse_args()
-    base = yaml.safe_load(args.config.read_text())
+    base = read_config_data(args.config)
     src = REPO / base.get("runs_dir", "runs") / args.run
     own = base["round"].get("correction", {})
     results = []

@@ -35,14 +35,14 @@ class ServeSpec(BaseModel):
 
     model: str = Field(description="Model directory (or a local path to weights; never a hub id at run time).")
     name: str = Field(description="Served model name; clients call hosted_vllm/<name>.")
-    port: int = Field(default=8000, ge=1024, le=65535)
+    port: int = Field(default=8000, ge=1024, le=65535, description="Port the server listens on.")
     host: str = Field(default="127.0.0.1", description="Interface to bind: loopback unless told otherwise; any other "
                       "host exposes the server (and its runtime LoRA-load endpoint), so it requires `api_key_env`.")
     api_key_env: str | None = Field(
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="Name of the environment variable whose value the server requires as its API key (handed to "
                     "vLLM as VLLM_API_KEY, never on the command line). Roles calling it name the same variable.")
-    device: Literal["cpu", "gpu"] = "cpu"
+    device: Literal["cpu", "gpu"] = Field(default="cpu", description="cpu (the CPU build of vLLM) or gpu.")
     tool_call_parser: str = Field(default="hermes", description="hermes (tiny, Qwen2.5), qwen3_coder, gemma4, ...")
     chat_template: str | None = Field(default=None, description="Our template by name (qwen3, qwen3_coder, gemma4: "
                                       "deploy/chat_templates.py), 'auto' (ours, chosen from the model's config), or a "
@@ -52,10 +52,11 @@ class ServeSpec(BaseModel):
     enable_thinking: bool | None = Field(default=None, description="The template's `enable_thinking` default for every "
                                          "request (vLLM --default-chat-template-kwargs; training renders with it too); "
                                          "unset = the template's own default.")
-    dtype: str = "bfloat16"
+    dtype: str = Field(default="bfloat16", description="vLLM --dtype of the weights.")
     max_model_len: int | None = Field(default=16384, description="Context window the server allocates for.")
-    enable_lora: bool = True
-    max_lora_rank: int = Field(default=64, ge=1)
+    enable_lora: bool = Field(default=True, description="Serve LoRA adapters (loaded at runtime).")
+    max_lora_rank: int = Field(default=64, ge=1, description="Largest LoRA rank it can load (a trained "
+                               "adapter's rank must be at most this).")
     max_loras: int = Field(default=4, ge=1, description="Adapters resident at once.")
     tensor_parallel_size: int = Field(default=1, ge=1, description="GPU only: GPUs per server.")
     gpus: list[int] | None = Field(default=None, description="GPU only: the node's GPU ids this server runs on "
@@ -67,7 +68,7 @@ class ServeSpec(BaseModel):
                              "routes vLLM does not guard with the API key: loopback hosts only.")
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="GPU only.")
     cpu_kvcache_gib: int = Field(default=1, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB).")
-    seed: int = 0
+    seed: int = Field(default=0, description="vLLM --seed.")
     extra_args: list[str] = Field(default_factory=list, description="Passed verbatim to the server.")
 
     @model_validator(mode="after")

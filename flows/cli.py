@@ -48,6 +48,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli_rollout",
     "flows.cli_train",
     "flows.cli_run",
+    "flows.cli_config",
     "flows.cli_attribute",
     "flows.cli_evolve",
     "flows.cli_imitate",

@@ -3,10 +3,16 @@
 Unknown keys and bad values are errors that name the key (`evaluation.seeds: ...`), raised before any
 server starts. Model strings may contain `{family}`, filled per task instance (e.g. `oracle/{family}`, the
 embedded-default expert: each family's reference policy).
+
+A config file may start from another: `extends: local.yaml` (relative to the file) overlays it on that base by
+deep merge (mappings key by key; lists, scalars and null replace), chains allowed, cycles refused. The merged
+data is validated once, after the merge; a run stores the resolved result (`resolved`) in its directory.
+The reference of every field is docs/configuration.md (`coevo config schema`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +37,7 @@ class TinyModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out: str = Field(default=".cache/tiny-model", description="Where the tiny model is built (if missing).")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seed of the build: same seed, byte-identical weights and tokenizer.")
 
 
 class EvalPair(BaseModel):
@@ -56,10 +62,11 @@ class EvalPair(BaseModel):
 class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    split: Split = "test"
+    split: Split = Field(default="test", description="The split evaluated (train 0-19, val 20-39, test 40-99).")
     n_instances: int | None = Field(default=5, gt=0, description="First N of the split per family; null = all.")
     seeds: int = Field(default=3, gt=0, description="Seeds 0..S-1; each instance runs once per seed.")
-    pairs: list[EvalPair] = Field(default_factory=lambda: [EvalPair(model="student"), EvalPair(model="expert")])
+    pairs: list[EvalPair] = Field(default_factory=lambda: [EvalPair(model="student"), EvalPair(model="expert")],
+                                  description="The (model, harness) pairs evaluated, each a column of the report.")
     bootstrap_samples: int = Field(default=2000, gt=0, description="Draws for the paired bootstrap CI.")
 
     @field_validator("pairs")
@@ -84,7 +91,7 @@ class AttributionConfig(BaseModel):
     attributor: str = Field(default="heuristic", description="'heuristic', 'judge' (the `judge` role of `models`) "
                                                              "or 'judge:MODEL'.")
     concurrency: int = Field(default=4, ge=1, description="Trajectories attributed at once.")
-    bootstrap_samples: int = Field(default=2000, ge=100)
+    bootstrap_samples: int = Field(default=2000, ge=100, description="Draws for the composition shifts' CIs.")
     seed: int = Field(default=0, description="Seed of the bootstrap.")
     base_pair: str | None = Field(default=None, description="The base student's pair: the fit reference.")
     expert_pair: str | None = Field(default=None, description="The expert's pair: the second fit reference.")
@@ -156,9 +163,11 @@ class RayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     address: str | None = Field(default=None, description="null = start a local Ray; else ray://host:10001 or 'auto'.")
-    num_cpus: int | None = Field(default=2, gt=0)
+    num_cpus: int | None = Field(default=2, gt=0, description="CPUs of the local Ray (null = every CPU); unused "
+                                 "with an address.")
     actors: int = Field(default=2, gt=0, description="Rollout actors in the pool.")
-    concurrency_per_server: int = Field(default=8, gt=0)
+    concurrency_per_server: int = Field(default=8, gt=0, description="At most this many episodes in flight per "
+                                        "model server (api_base).")
     family_limits: dict[str, PositiveInt] | None = Field(default=None, description="At most this many episodes of a "
                                                  "task family in flight over the pool (a latency bound for heavy "
                                                  "families, paid in throughput); null = no family limit.")
@@ -177,7 +186,8 @@ class RunConfig(BaseModel):
 
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$",
                       description="Part of the run id (<time>-<name>): letters, digits, . _ @ + - (no path).")
-    runs_dir: str = "runs"
+    runs_dir: str = Field(default="runs", description="Where runs live: runs_dir/<run_id>/ (relative to the "
+                          "working directory).")
     tiny_model: TinyModelConfig | None = Field(default=None, description="Build the tiny local model first.")
     servers: list[ServeSpec] = Field(default_factory=list, description="vLLM servers the run starts and stops.")
     adapters: list[AdapterConfig] = Field(default_factory=list, description="LoRA adapters loaded after start.")
@@ -425,8 +435,56 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RunConfig:
         raise ConfigError(_format_errors(e, source)) from None
 
 
-def load_config(path: str | Path) -> RunConfig:
-    path = Path(path)
+def resolved(config: RunConfig) -> dict[str, Any]:
+    """The merged, validated config with every default filled in: what `coevo config show --resolved` prints and
+    what a run stores as `runs/<run_id>/config.yaml`, so the run replays without the files it extended."""
+    return config.model_dump(mode="json")
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """`overlay` on `base`, neither mutated: mappings merge key by key; lists, scalars and null replace."""
+    merged = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def read_config_data(path: str | Path) -> dict[str, Any]:
+    """The YAML at `path` with its `extends:` chain resolved (not yet validated); see `_read_chain`."""
+    return _read_chain(Path(path))[0]
+
+
+def _read_chain(path: Path) -> tuple[dict[str, Any], list[Path]]:
+    """(the merged data, the files read: `path` first, then each base). `extends: local.yaml` names a base config
+    relative to the extending file, which is overlaid on it by `deep_merge`; chains are followed to the root, and
+    a cycle is refused naming the chain."""
+    chain: list[Path] = []
+    layers: list[dict[str, Any]] = []
+    while True:
+        if path.resolve() in [p.resolve() for p in chain]:
+            raise ConfigError(f"{chain[0]}: extends: cycle {' -> '.join(str(p) for p in [*chain, path])}")
+        chain.append(path)
+        data = _read_yaml(path)
+        base = data.pop("extends", None)
+        layers.append(data)
+        if base is None:
+            break
+        if not isinstance(base, str) or not base.strip():
+            raise ConfigError(f"{path}: extends: give one base config file (a path relative to this file), "
+                              f"got {type(base).__name__}")
+        path = path.parent / base
+        if not path.is_file():
+            raise ConfigError(f"{chain[-1]}: extends: base config {path} not found")
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = deep_merge(merged, layer)
+    return merged, chain
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -437,4 +495,15 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     except (OSError, UnicodeDecodeError) as e:  # a directory, unreadable, not text
         raise ConfigError(f"config file {path}: {type(e).__name__}: {e}") from None
-    return parse_config(data or {}, str(path))
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """The run config at `path`: its `extends:` chain merged, then validated once. An error names the key and
+    the file, with the files it extends (the key may come from any of them)."""
+    data, chain = _read_chain(Path(path))
+    bases = f" (extends {', '.join(str(p) for p in chain[1:])})" if len(chain) > 1 else ""
+    return parse_config(data, f"{chain[0]}{bases}")

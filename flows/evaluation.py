@@ -54,7 +54,7 @@ from analysis.report import long_family_table
 from deploy import tiny_model
 from flows import faults, servers
 from flows.attribution_stage import AttributionRecord, attribute_run, report_sections
-from flows.config import RunConfig, parse_config, preflight
+from flows.config import RunConfig, parse_config, preflight, resolved
 from flows.plan import Chunk, api_bases, pair_stage, plan_pair
 from flows.progress import Progress
 from flows.reporting import RunReport, write_run_report
@@ -327,7 +327,7 @@ def evaluation_flow(config: RunConfig, run_id: str | None = None, base_dir: str 
     preflight(config, base)
     run_id = run_id or new_run_id(config.name)
     store = RunStore(base / config.runs_dir, run_id)
-    store.save_config(config.model_dump(mode="json", exclude_defaults=False))
+    store.save_config(resolved(config))  # the merged config, every default filled
     run_dir = str(store.root.resolve())
     create_link_artifact(link=store.root.resolve().as_uri(), link_text=f"run directory {run_id}",
                          key=slug("run-dir", run_id), description=run_dir)

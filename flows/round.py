@@ -29,7 +29,7 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
                                update_progress_artifact)
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.config import ConfigError, RunConfig, load_config, preflight
+from flows.config import ConfigError, RunConfig, load_config, preflight, resolved
 from flows.round_budget import BudgetSpent, spent_usd
 from flows.round_context import RoundContext, RoundState, round_store
 from flows.round_config import STAGES
@@ -111,7 +111,7 @@ def run_rounds(config: RunConfig, rounds: int = 1, run_id: str | None = None, fr
     run_id = run_id or new_run_id(config.name)
     run = RunStore(base / config.runs_dir, run_id)
     with RunLock(run.root):
-        run.save_config(config.model_dump(mode="json"))
+        run.save_config(resolved(config))  # the merged config, every default filled
         return _rounds_locked(config, run, rounds, from_stage, base)
 
 

@@ -35,14 +35,14 @@ class SearchSettings(BaseModel):
     seeds: int = Field(default=3, ge=1, description="Search seeds; h*_t = the best validation mean over them.")
     budget_rollouts: int = Field(default=60, ge=1, description="Evaluations per search seed (GEPA max_metric_calls).")
     budget_reflector_usd: float | None = Field(default=None, gt=0, description="Reflector dollars per search seed.")
-    minibatch_size: int = Field(default=3, ge=1)
+    minibatch_size: int = Field(default=3, ge=1, description="Train items per reflection minibatch.")
     minibatch_sampler: Literal["epoch", "informative"] = Field(
         default="epoch", description="'epoch' (GEPA's) or 'informative' (toward instances whose score varied).")
-    max_edits: int = Field(default=2, ge=1)
+    max_edits: int = Field(default=2, ge=1, description="At most this many typed edits in one proposal.")
     train_instances: int | None = Field(default=None, gt=0, description="First N train instances; null = all 20.")
     val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances.")
-    train_seeds: int = Field(default=1, ge=1)
-    val_seeds: int = Field(default=1, ge=1)
+    train_seeds: int = Field(default=1, ge=1, description="Rollout seeds per train instance.")
+    val_seeds: int = Field(default=1, ge=1, description="Rollout seeds per val instance.")
 
     @field_validator("reflector")
     @classmethod
@@ -99,8 +99,11 @@ class CorrectionSettings(BaseModel):
     selector: str = Field(default="verifier_replay", description="verifier_replay | judge:MODEL")
     n: int = Field(default=3, ge=1, description="Expert candidates per t*.")
     replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")
-    extra_turns: int = Field(default=30, ge=1)
-    mode: Literal["single_turn", "suffix"] = "single_turn"
+    extra_turns: int = Field(default=30, ge=1, description="Turns a continuation (a locator's or a replay's) may "
+                             "run past its prefix.")
+    mode: Literal["single_turn", "suffix"] = Field(
+        default="single_turn", description="single_turn (the expert rewrites t* only) | suffix (also the expert's "
+        "turns t*..t*+m, when they let the student do better than the single turn).")
     concurrency: int = Field(default=8, ge=1, description="Failing rollouts corrected at once; their episodes run "
                              "on the round's Ray pool, which bounds what is in flight per server.")
 
@@ -125,7 +128,7 @@ class GateSettings(BaseModel):
     val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances per family.")
     val_seeds: int = Field(default=1, ge=1, description="Sampling seeds per val instance.")
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="Of the paired bootstrap CI.")
-    bootstrap_samples: int = Field(default=2000, ge=100)
+    bootstrap_samples: int = Field(default=2000, ge=100, description="Draws for the paired bootstrap CI.")
     allow_fit_risk: bool = Field(default=False, description="Promote even when the fit monitor flags the adapter.")
     merge: bool = Field(default=True, description="Merge the promoted adapter into the base weights (peft) as "
                                                   "the next round's student `student-r{t+1}`.")

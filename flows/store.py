@@ -1,7 +1,7 @@
 """`RunStore`: everything a run makes lives under `runs/<run_id>/`, keyed by content hashes.
 
     runs/<run_id>/
-      config.yaml                 the validated config the run started from
+      config.yaml                 the resolved config the run started from (extends merged, every default filled)
       state.json                  stage -> finished keys (human-readable; rewritten atomically)
       trajectories/<stage>/<key>.parquet         one row per trajectory (agents/trajectory_table.py)
       trajectories/<stage>/<key>.turns.parquet   one row per turn, beside it
