@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,72 +49,119 @@ def _settings(start: Path, **kw: object) -> EvolveSettings:
     return EvolveSettings.model_validate({**base, **kw})
 
 
-def test_search_removes_the_harness_fault_and_its_lineage_rebuilds_h_star(tmp_path: Path, ray_local: None,
-                                                                        caplog: pytest.LogCaptureFixture,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    caplog.set_level(logging.INFO, logger="flows.evolution")
-    monkeypatch.setattr(evolution, "Progress", functools.partial(Progress, every_s=0.0))  # a line per budget update
-    store = RunStore(tmp_path / "runs", "evo")
-    start = _broken_start(tmp_path / "broken.yaml")
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@dataclass
+class _Searched:
+    """One search from the broken start (two search seeds, with upward transfer), run once for the module."""
+
+    settings: EvolveSettings
+    store: RunStore
+    summary: Any
+    out: Path
+    h0: Harness
+    h_star: Harness
+    log: list[str]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory, ray_local: None) -> Iterator[_Searched]:
+    tmp = tmp_path_factory.mktemp("search")
+    store = RunStore(tmp / "runs", "evo")
+    start = _broken_start(tmp / "broken.yaml")
     transfer = TransferSettings(expert=ModelRole(model="oracle/{family}"), test_instances=2, seeds=1)
     settings = _settings(start, transfer=transfer)
+    handler, logger = _Lines(), logging.getLogger("flows.evolution")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with pytest.MonkeyPatch.context() as mp, RolloutPool(2) as pool:
+            mp.setattr(evolution, "Progress", functools.partial(Progress, every_s=0.0))  # a line per budget update
+            summary = run_evolution(settings, store, Path("/"), pool)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    out = Path(summary.out_dir)
+    yield _Searched(settings, store, summary, out, Harness.load(out / "h0.yaml"), Harness.load(out / "h_star.yaml"),
+                    handler.lines)
+
+
+def test_search_removes_the_harness_fault(searched: _Searched) -> None:
+    s = searched.summary.search
+    assert searched.h0.id == Harness.load(searched.settings.harness).id and s.h0_val_mean == 0.0
+    assert s.best_val_mean == 1.0 and searched.h_star.id == s.best_id != searched.h0.id
+    assert searched.h_star.hook("no-writes") is None
+    assert "removed hook:no-writes" in (searched.out / "diff_h0_h_star.txt").read_text()
+    assert any(r["in_h_star"] and r["op"] == "remove_hook" for r in searched.summary.accepted_edits)
+
+
+def test_the_lineage_alone_rebuilds_h_star_and_follows_gepas_decisions(searched: _Searched) -> None:
+    lineage = read_lineage(searched.out / "lineage.jsonl")
+    assert reconstruct(searched.h0, lineage, searched.h_star.id).id == searched.h_star.id
+    ids = {c.harness_id for c in lineage}
+    for c in lineage:
+        assert c.parent_id is None or c.parent_id in ids
+        if c.parent_id is None:
+            continue
+        assert c.edits and all(pe.rationale for pe in c.edits)
+        if c.accepted:
+            assert sum(c.minibatch_scores) > sum(c.parent_minibatch_scores) and len(c.val_scores) == 3
+        else:
+            assert sum(c.minibatch_scores) <= sum(c.parent_minibatch_scores) and c.val_mean is None
+
+
+def test_every_proposal_is_in_the_ledger_and_counted(searched: _Searched) -> None:
+    lineage = read_lineage(searched.out / "lineage.jsonl")
+    for seed in searched.summary.search.seeds:
+        ledger = read_ledger(searched.out / f"seed{seed.search_seed}" / "proposals.jsonl")
+        assert {task for _, task in ledger} == {0, 1}  # two proposals per iteration
+        children = [c for c in lineage if c.search_seed == seed.search_seed and c.parent_id is not None]
+        assert len(children) == seed.counts["children"] == sum(e.child_id is not None for e in ledger.values())
+        assert seed.counts["proposals"] == len(ledger) and seed.curve[-1][1] == seed.best_val_mean
+
+
+def test_progress_counts_the_evaluations_of_both_search_seeds(searched: _Searched) -> None:
+    lines = [line for line in searched.log if "search evaluations" in line]
+    assert lines and lines[-1].startswith(f"{FAMILY} search evaluations: 32/32 (100%)") and lines[-1].endswith("done")
+    counts = [int(line.split(": ")[1].split("/")[0]) for line in lines]
+    assert len(counts) > 4 and counts == sorted(counts) and counts[0] < 16 < counts[-2]  # 16 per seed
+
+
+def test_every_evaluation_ran_once_is_cached_and_stored(searched: _Searched) -> None:
+    s = searched.summary.search
+    cached = read_results(searched.out / "cache.jsonl")
+    frame = read_frame(searched.store.root / "trajectories" / "evolve" / FAMILY)
+    assert s.evaluations_run == len(cached) == frame.height == frame["id"].n_unique()
+    assert {r.trajectory_id for r in cached} == set(frame["id"])
+    assert s.evaluations_cached > 0  # h0's validation pass is shared by the two search seeds
+    assert (searched.out / "validation_curve.png").stat().st_size > 5000
+
+
+def test_upward_transfer_pairs_the_expert_on_h0_and_h_star(searched: _Searched) -> None:
+    t = searched.summary.transfer
+    assert t is not None and t.h0_success == 0.0 and t.h_star_success == 1.0
+    assert t.diff.diff == 1.0 and t.diff.ci_low > 0 and t.diff.n_units == 2
+
+
+def test_a_rerun_resumes_from_the_cache_and_other_settings_are_refused(searched: _Searched) -> None:
+    lineage = read_lineage(searched.out / "lineage.jsonl")
     with RolloutPool(2) as pool:
-        summary = run_evolution(settings, store, Path("/"), pool)
-        out = Path(summary.out_dir)
-        s = summary.search
-        h0, h_star = Harness.load(out / "h0.yaml"), Harness.load(out / "h_star.yaml")
-        assert h0.id == Harness.load(start).id and s.h0_val_mean == 0.0
-        assert s.best_val_mean == 1.0 and h_star.id == s.best_id != h0.id
-        assert h_star.hook("no-writes") is None
-        assert "removed hook:no-writes" in (out / "diff_h0_h_star.txt").read_text()
-
-        # the lineage alone rebuilds h* from h0; every record is consistent with GEPA's decisions
-        lineage = read_lineage(out / "lineage.jsonl")
-        assert reconstruct(h0, lineage, h_star.id).id == h_star.id
-        ids = {c.harness_id for c in lineage}
-        for c in lineage:
-            assert c.parent_id is None or c.parent_id in ids
-            if c.parent_id is None:
-                continue
-            assert c.edits and all(pe.rationale for pe in c.edits)
-            if c.accepted:
-                assert sum(c.minibatch_scores) > sum(c.parent_minibatch_scores) and len(c.val_scores) == 3
-            else:
-                assert sum(c.minibatch_scores) <= sum(c.parent_minibatch_scores) and c.val_mean is None
-        for seed in s.seeds:
-            ledger = read_ledger(out / f"seed{seed.search_seed}" / "proposals.jsonl")
-            assert {task for _, task in ledger} == {0, 1}  # two proposals per iteration
-            children = [c for c in lineage if c.search_seed == seed.search_seed and c.parent_id is not None]
-            assert len(children) == seed.counts["children"] == sum(e.child_id is not None for e in ledger.values())
-            assert seed.counts["proposals"] == len(ledger) and seed.curve[-1][1] == seed.best_val_mean
-        assert any(r["in_h_star"] and r["op"] == "remove_hook" for r in summary.accepted_edits)
-        # progress on the terminal: evaluations spent of the budget over both search seeds (16 each)
-        lines = [r.getMessage() for r in caplog.records if "search evaluations" in r.getMessage()]
-        assert lines and lines[-1].startswith(f"{FAMILY} search evaluations: 32/32 (100%)") and lines[-1].endswith("done")
-        counts = [int(line.split(": ")[1].split("/")[0]) for line in lines]
-        assert len(counts) > 4 and counts == sorted(counts) and counts[0] < 16 < counts[-2]  # both seeds counted
-
-        # every evaluation ran once, is cached by content key, and its trajectory is in the run store
-        cached = read_results(out / "cache.jsonl")
-        frame = read_frame(store.root / "trajectories" / "evolve" / FAMILY)
-        assert s.evaluations_run == len(cached) == frame.height == frame["id"].n_unique()
-        assert {r.trajectory_id for r in cached} == set(frame["id"])
-        assert s.evaluations_cached > 0  # h0's validation pass is shared by the two search seeds
-        assert (out / "validation_curve.png").stat().st_size > 5000
-
-        # upward transfer: the expert on h0 and h* on the test split, paired
-        t = summary.transfer
-        assert t is not None and t.h0_success == 0.0 and t.h_star_success == 1.0
-        assert t.diff.diff == 1.0 and t.diff.ci_low > 0 and t.diff.n_units == 2
-
-        # run again: the search resumes from GEPA's state, every evaluation comes from the cache
-        again = run_evolution(settings, store, Path("/"), pool, resume=True)
-        assert again.search.evaluations_run == 0 and again.search.best_id == s.best_id
-        assert read_lineage(out / "lineage.jsonl") == lineage
+        again = run_evolution(searched.settings, searched.store, Path("/"), pool, resume=True)
+        assert again.search.evaluations_run == 0 and again.search.best_id == searched.summary.search.best_id
+        assert read_lineage(searched.out / "lineage.jsonl") == lineage
         with pytest.raises(FileExistsError, match="already holds a search"):
-            run_evolution(settings, store, Path("/"), pool)
+            run_evolution(searched.settings, searched.store, Path("/"), pool)
+        other = _settings(Path(searched.settings.harness), val_instances=2)
         with pytest.raises(ValueError, match="other settings"):
-            run_evolution(_settings(start, val_instances=2), store, Path("/"), pool, resume=True)
+            run_evolution(other, searched.store, Path("/"), pool, resume=True)
 
 
 def test_informative_minibatches_drive_a_search_that_resumes_from_the_cache(tmp_path: Path, ray_local: None) -> None:
