@@ -1,5 +1,5 @@
 """Calls of the API roles that run no episode (the judge, the MLE-agent locator): each call's cost and outcome,
-appended to `role_calls.jsonl` under the run so the run's budget counts them (`flows.round_budget.spent_usd`),
+appended to `role_calls.jsonl` under the run so the run's budget counts them (`flows.round.budget.spent_usd`),
 and added to the stage's spend cap as it happens.
 
     log = RoleCallLog(store.path("costs", "role_calls.jsonl"), cap=cap)

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 from results_io import save_results  # noqa: E402
 
-# trajectories/<dir>/<label>: which stage wrote it (the round's evaluation labels, see flows/round_eval.py)
+# trajectories/<dir>/<label>: which stage wrote it (the round's evaluation labels, see flows/round/eval.py)
 STAGE_OF = [("eval/val.", "gate"), ("eval/data.", "arm_data"), ("correction_data", "arm_data"), ("sets/", "arm_data"),
             ("evolve", "evolve"), ("eval/M_t.h0", "evaluate_h0"), ("eval/expert.h0", "evaluate_h0"),
             ("eval/M_t.hstar", "evaluate_h_star"), ("eval/expert.hstar", "evaluate_h_star"), ("eval/", "evaluate_arms")]

@@ -27,7 +27,7 @@ from analysis.attribution import parse_spec
 from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
 from flows.errors import ConfigError
-from flows.round_config import RoundConfig
+from flows.round.config import RoundConfig
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
 from training.config import LengthRule, TrainConfig
@@ -200,7 +200,7 @@ class RunConfig(BaseModel):
                                             "pairs (train_adapter stage); null = evaluation only.")
     attribution: AttributionConfig | None = Field(default=None, description="Attribute the failing rollouts "
                                                   "after evaluation (attribute stage); null = no attribution.")
-    round: RoundConfig | None = Field(default=None, description="A co-evolution round (flows/round.py); null = the "
+    round: RoundConfig | None = Field(default=None, description="A co-evolution round (flows/round/flow.py); null = the "
                                       "evaluation flow (evaluate the pairs, optionally train one adapter).")
 
     @field_validator("families")

@@ -52,7 +52,7 @@ def used_roles(config: RunConfig) -> dict[str, ModelRole]:
     used = {f"models.{p.model}": config.models[p.model] for p in pairs}
     r = config.round
     if r is not None:
-        spec = r.correction.expert  # as flows.round_context.correction_expert: a role name, a model string or unset
+        spec = r.correction.expert  # as flows.round.context.correction_expert: a role name, a model string or unset
         rewriter = (config.models.get(spec) or ModelRole(model=spec)) if spec else config.models[r.expert]
         used |= {f"models.{r.student}": config.models[r.student], f"models.{r.expert}": config.models[r.expert],
                  "round.correction.expert": rewriter}

@@ -6,7 +6,7 @@ the run without re-running them. Outside pytest (no PYTEST_CURRENT_TEST) the var
 
 `COEVO_TEST_KILL=<point>` SIGKILLs the process at a kill point, once per run directory (the marker is on disk
 before the signal), so a test can show that a resume ends wholly done or wholly not. The promotion gate's
-points (flows/round_gate.py): `gate_rollouts` (the first of several validation chunks stored), `gate_merge`
+points (flows/round/gate.py): `gate_rollouts` (the first of several validation chunks stored), `gate_merge`
 (merged weights written to the staging directory, neither hashed nor published), `gate_weights` (weights
 published with their digest, no registry row yet), `gate_registry` (inside the registry transaction, every row
 inserted, not committed).

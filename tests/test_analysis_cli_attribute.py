@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agents.records import Trajectory
 from agents.trajectory_table import write_trajectories
 from analysis.attribution.records import read_attribution_frame
-from flows.attribution_stage import AttributionConfig, attribute_run
+from flows.evaluation.attribution import AttributionConfig, attribute_run
 from flows.cli import app
 from flows.store import RunStore
 from harness import Harness, baseline

@@ -19,7 +19,7 @@ from agents.records import ModelRole
 from agents.trajectory_table import read_trajectories, write_trajectories
 from correction.records import boundary_instances
 from correction.runner import local_rollouts
-from flows.correction_stage import STAGE, CorrectionConfig, correct_run
+from flows.evaluation.correction import STAGE, CorrectionConfig, correct_run
 from flows.store import RunStore
 from harness import baseline
 from training.dataset import marked_turns
@@ -100,7 +100,7 @@ def _text(output: str) -> str:
 def app():
     import typer
 
-    from flows import cli_correct
+    from flows.cli import correct as cli_correct
 
     a = typer.Typer()
     cli_correct.register(a)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import trl
 from flows.cli import app
-from flows.cli_doctor import with_weights
+from flows.cli.doctor import with_weights
 from flows.config import ConfigError, parse_config, preflight
 from flows.doctor import diagnose, parse_gpus
 
@@ -113,7 +113,7 @@ def test_keys_budget_and_gpus_are_refused_by_name(standins: dict[str, Path], mon
 def test_expert_lora_under_fsdp1_is_refused_and_the_shipped_fsdp2_config_passes(standins: dict[str, Path],
                                                                                    tmp_path: Path) -> None:
     """FSDP1 failed to train LoRA on fused experts on an H200 (deploy/gpu_check.sh); FSDP2 trained it."""
-    from flows.round_plan import check_round
+    from flows.round.plan import check_round
 
     shipped = REPO / "deploy/accelerate/fsdp.yaml"
     v1 = yaml.safe_load(shipped.read_text())

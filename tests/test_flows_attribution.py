@@ -48,7 +48,7 @@ def _config(tmp_path: Path, **attribution: object) -> dict:
 
 
 def test_attribute_stage_in_the_flow_then_resume_reuses(tmp_path: Path, ray_local: None) -> None:
-    from flows.evaluation import evaluation_flow
+    from flows.evaluation.flow import evaluation_flow
 
     config = parse_config(_config(tmp_path))
     res = evaluation_flow(config, base_dir=str(tmp_path))

@@ -13,7 +13,7 @@ from typer.core import TyperOption
 from typer.testing import CliRunner
 
 from agents.jobs import Limits
-from flows.cli_options import model_options, option_name, record_args
+from flows.cli.options import model_options, option_name, record_args
 from training.config import LengthRule, TrainConfig
 
 
@@ -28,7 +28,8 @@ def _options(app: typer.Typer, command: str) -> dict[str, TyperOption]:
 ])
 def test_every_field_is_an_option_with_its_default_and_help(command: str, records: tuple[type[BaseModel], ...],
                                                             aliases: dict[str, str]) -> None:
-    from flows import cli_rollout, cli_train
+    from flows.cli import rollout as cli_rollout
+    from flows.cli import train as cli_train
 
     app = typer.Typer()
     cli_train.register(app)
@@ -109,7 +110,7 @@ def test_record_args_give_the_command_the_same_record() -> None:
 
 
 def test_train_rejects_invalid_settings_before_any_work(tmp_path: Path) -> None:
-    from flows import cli_train
+    from flows.cli import train as cli_train
 
     app = typer.Typer()
     cli_train.register(app)

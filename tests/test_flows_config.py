@@ -155,7 +155,7 @@ def test_the_merged_config_is_validated_and_a_bad_key_named(tmp_path: Path) -> N
 def test_the_run_directory_keeps_the_resolved_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`run_rounds` writes runs/<id>/config.yaml before any stage: the merged config with every default, which
     a resumed run reads without the files it extended."""
-    import flows.round as round_flow
+    import flows.round.flow as round_flow
 
     monkeypatch.setattr(round_flow, "preflight", lambda *a, **k: None)  # checked by the dry-run test above
     monkeypatch.setattr(round_flow, "_refuse_placement", lambda *a, **k: None)
@@ -186,7 +186,7 @@ def test_config_show_prints_the_merged_file_and_resolved_every_default(tmp_path:
 
 
 def test_config_schema_lists_every_field_with_type_default_and_description() -> None:
-    from flows.cli_config import rows
+    from flows.cli.config import rows
 
     by_path = {r.path: r for r in rows()}
     budget = by_path["round.search.budget_rollouts"]
@@ -200,7 +200,7 @@ def test_config_schema_lists_every_field_with_type_default_and_description() -> 
 
 
 def test_docs_configuration_md_is_what_the_code_generates() -> None:
-    from flows.cli_config import REGENERATE, schema_markdown
+    from flows.cli.config import REGENERATE, schema_markdown
 
     page = (REPO / "docs" / "configuration.md").read_text()
     assert page == schema_markdown(), f"docs/configuration.md is stale: regenerate it with `{REGENERATE}`"
@@ -255,7 +255,7 @@ def test_plan_chunks_keys_and_family_placeholder(tmp_path: Path) -> None:
 
 
 def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
-    from flows.deployments import apply_overrides
+    from flows.ops.deployments import apply_overrides
 
     raw = load_config(REPO / "deploy" / "configs" / "local.yaml").model_dump(mode="json")
     data = apply_overrides(raw, model="hosted_vllm/tiny", api_base="http://10.0.0.5:8000/v1", adapter="student@r1",

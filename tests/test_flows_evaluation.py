@@ -166,7 +166,7 @@ def _kill_when_first_chunk_lands(runs_dir: Path, port: int, killed: list[int], s
 
 def test_server_killed_mid_collect_is_restarted_and_no_job_is_lost(tmp_path: Path, tiny_model_dir: Path,
                                                                    ray_local: None) -> None:
-    from flows.evaluation import evaluation_flow
+    from flows.evaluation.flow import evaluation_flow
 
     port = free_port()
     api_base = f"http://127.0.0.1:{port}/v1"
@@ -213,7 +213,7 @@ def one_torch_thread() -> Iterator[None]:
 def test_train_adapter_on_expert_successes_then_evaluate_it_and_resume_skips(
         tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, one_torch_thread: None) -> None:
     from deploy.vllm_server import served_models
-    from flows.evaluation import evaluation_flow
+    from flows.evaluation.flow import evaluation_flow
 
     raw = _config(tmp_path, vllm_server)
     raw["families"] = ["stock_alert"]
@@ -267,7 +267,7 @@ async def test_a_rollout_an_earlier_stage_of_the_round_ran_is_copied_not_rerun(t
     from agents.records import ModelRole
     from agents.rollout import run_episode
     from flows.plan import RolloutSpec, plan
-    from flows.round_eval import per_rollout, reuse_earlier
+    from flows.round.eval import per_rollout, reuse_earlier
     from flows.store import RunStore
     from harness import baseline
     import tasks

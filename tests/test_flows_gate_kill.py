@@ -1,4 +1,4 @@
-"""An all-or-nothing promotion (flows/round_gate.py): a round SIGKILLed at every kill point of its gate resumes to a
+"""An all-or-nothing promotion (flows/round/gate.py): a round SIGKILLed at every kill point of its gate resumes to a
 candidate wholly promoted (weights with the recorded sha256, every row, loadable) or wholly not, never between.
 
 One tiny round (the round test's config on the session's vLLM server, the correction arm alone; the
@@ -27,7 +27,7 @@ import yaml
 from test_flows_round import round_config
 
 from flows.faults import KILL_POINTS
-from flows.registry import SHA_FILE, GateDecision, Promotion, PromotionRegistry, directory_sha256
+from flows.ops.registry import SHA_FILE, GateDecision, Promotion, PromotionRegistry, directory_sha256
 from flows.store import list_runs
 
 REPO = Path(__file__).resolve().parents[1]

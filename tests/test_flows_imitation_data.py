@@ -15,9 +15,9 @@ import pytest
 import tasks
 from agents.rollout import run_episode
 from flows.config import ConfigError, parse_config
-from flows.imitation_stage import STAGE, build_imitation_data, data_chunks, data_key
+from flows.evaluation.imitation import STAGE, build_imitation_data, data_chunks, data_key
 from flows.store import RunStore
-from flows.training_stage import prepare_dataset
+from flows.evaluation.training import prepare_dataset
 
 
 def _raw(tmp_path: Path, tiny: Path) -> dict:

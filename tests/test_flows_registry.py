@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.registry import NightlyScore, Promotion, PromotionRegistry
+from flows.ops.registry import NightlyScore, Promotion, PromotionRegistry
 
 
 def _promo(family: str, round_: int, student: str = "hosted_vllm/student-r1") -> Promotion:

@@ -1,4 +1,4 @@
-"""The co-evolution round (flows/round.py) end to end on the real tiny model served by vLLM CPU.
+"""The co-evolution round (flows/round/flow.py) end to end on the real tiny model served by vLLM CPU.
 
 - one tiny round (1 family, 2 test instances, 1 seed, a 6-evaluation search, 1 training seed, 1 LoRA step per
   arm) through `coevo run`: every stage ran, the report's main table has every row, the registry holds the gate's
@@ -27,10 +27,10 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.registry import PromotionRegistry
-from flows.round_lock import LOCK_FILE, LockHeld, RunLock
-from flows.round_train import _step_progress
-from flows.round_config import STAGES, RoundConfig
+from flows.ops.registry import PromotionRegistry
+from flows.round.lock import LOCK_FILE, LockHeld, RunLock
+from flows.round.train import _step_progress
+from flows.round.config import STAGES, RoundConfig
 from flows.store import RunStore, list_runs
 from training.lora import SUMMARY_FILE, StepLog, TrainSummary
 
@@ -277,8 +277,8 @@ def test_dry_run_names_a_bad_accelerate_config(tmp_path: Path, monkeypatch: pyte
 
 def test_next_round_serves_the_merged_student_and_starts_from_h_star(tmp_path: Path) -> None:
     from flows.config import ConfigError, load_config
-    from flows.round_context import RoundContext, round_store
-    from flows.round_next import first_state, next_round
+    from flows.round.context import RoundContext, round_store
+    from flows.round.next import first_state, next_round
 
     config = load_config(REPO / "deploy/configs/local.yaml")
     run = RunStore(tmp_path / "runs", "r-next")
@@ -338,7 +338,7 @@ def test_from_stage_must_name_a_stage_of_an_existing_run(tmp_path: Path, tiny_mo
 
 
 def test_train_stage_reports_optimizer_steps_and_each_seeds_final_loss(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="flows.round_train")
+    caplog.set_level(logging.INFO, logger="flows.round.train")
     on_step = _step_progress("corr", steps_per_seed=3, seeds=2)  # training.fit: 10 examples in batches of 4
     for _seed in range(2):
         for step in (1, 2, 3):

@@ -111,7 +111,7 @@ def test_shipped_configs(tmp_path: Path) -> None:
 
 def test_adapter_pair_config_survives_prefect_revalidation_and_routes_to_the_server(tmp_path: Path) -> None:
     from flows.plan import api_bases
-    from flows.training_stage import TrainingRecord, with_trained_adapter
+    from flows.evaluation.training import TrainingRecord, with_trained_adapter
     from training.dataset import DatasetStats
 
     config = parse_config(_base(tmp_path)).with_adapter_pair()

@@ -90,7 +90,7 @@ def test_servers_asking_for_more_than_a_gpu_are_refused(tmp_path: Path) -> None:
 
 
 def test_run_start_refuses_a_bad_placement_before_anything_starts(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from flows.round import run_rounds
+    from flows.round.flow import run_rounds
 
     raw = paper(student_during_train="keep")
     raw["runs_dir"] = str(tmp_path / "runs")

@@ -67,7 +67,7 @@ def test_mixture_is_seeded_and_names_its_harness() -> None:
 
 
 def test_cli_rejects_an_unknown_family(tmp_path: Path) -> None:
-    from flows import cli_model
+    from flows.cli import model as cli_model
 
     app = typer.Typer()
     cli_model.register(app)
@@ -77,7 +77,7 @@ def test_cli_rejects_an_unknown_family(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_a_copy_phase_stop_loss_that_can_never_be_reached(tmp_path: Path) -> None:
-    from flows import cli_model
+    from flows.cli import model as cli_model
 
     app = typer.Typer()
     cli_model.register(app)

@@ -1,7 +1,7 @@
 """deploy/prefect.yaml: every deployment's entry point imports as a Prefect flow that takes its parameters.
 
 (Moved here from tests/test_flows_config.py and extended for the round and the nightly deployments.)
-The round's entry point `flows/round.py` is written by the round issue; where it has not landed in this
+The round's entry point `flows/round/flow.py` is written by the round issue; where it has not landed in this
 checkout, its deployment is checked for its declared shape only and the import is reported as skipped.
 """
 
@@ -44,14 +44,14 @@ def test_entrypoint_is_a_flow_taking_the_deployments_parameters(name: str) -> No
 
 def test_the_round_is_manual_with_a_weekly_schedule_commented_and_the_nightly_is_nightly() -> None:
     round_ = DEPLOYMENTS["coevolution-round"]
-    assert round_["entrypoint"] == "flows/round.py:coevolution_round"
+    assert round_["entrypoint"] == "flows/round/flow.py:coevolution_round"
     assert set(round_["parameters"]) == {"config_path", "rounds", "run_id", "from_stage"}
     assert round_["parameters"]["rounds"] == 1 and round_["parameters"]["run_id"] is None
     assert not round_.get("schedules")  # started by hand
     text = (REPO / "deploy" / "prefect.yaml").read_text()
     assert '#   - cron: "0 3 * * 0"' in text  # the weekly schedule, one uncomment away
     nightly = DEPLOYMENTS["nightly-evaluation"]
-    assert nightly["entrypoint"] == "flows/nightly.py:nightly_evaluation"
+    assert nightly["entrypoint"] == "flows/ops/nightly.py:nightly_evaluation"
     assert nightly["schedules"][0]["cron"] == "0 2 * * *" and nightly["schedules"][0]["active"]
     assert _flow(nightly["entrypoint"]).name == "nightly-evaluation"
     names = [_flow(d["entrypoint"]).name for d in SPEC["deployments"] if (REPO / d["entrypoint"].split(":")[0]).exists()]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import MIN_DROP, regressed
-from flows.registry import NightlyScore, Promotion, PromotionRegistry
+from flows.ops.nightly import MIN_DROP, regressed
+from flows.ops.registry import NightlyScore, Promotion, PromotionRegistry
 from harness import baseline
 from tests.ops_helpers import FAMILY, child_env, coevo, small_config
 
@@ -71,7 +71,7 @@ def test_nightly_twice_flags_the_worse_student(tmp_path: Path) -> None:
 def test_the_flow_fails_on_a_regression_after_recording(tmp_path: Path) -> None:
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.nightly import NightlyRegression, nightly_evaluation
+    from flows.ops.nightly import NightlyRegression, nightly_evaluation
 
     runs = tmp_path / "runs"
     reg = PromotionRegistry.under(runs)

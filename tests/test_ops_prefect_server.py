@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from deploy.vllm_server import free_port
-from flows.evaluation import slug
+from flows.evaluation.flow import slug
 from flows.local import server_env
-from flows.registry import Promotion, PromotionRegistry
+from flows.ops.registry import Promotion, PromotionRegistry
 from harness import baseline
 from tests.ops_helpers import FAMILY, REPO, api_post, child_env, small_config, stop_group, wait_healthy
 

@@ -27,9 +27,9 @@ from correction.locators import make_locator
 from correction.records import Candidate
 from correction.selectors import make_selector
 from flows.config import parse_config
-from flows.correction_stage import CorrectionConfig, correct_run
-from flows.round_budget import spent_usd
-from flows.round_data import correction_config
+from flows.evaluation.correction import CorrectionConfig, correct_run
+from flows.round.budget import spent_usd
+from flows.round.data import correction_config
 from flows.store import RunStore
 from harness import baseline
 

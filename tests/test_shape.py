@@ -204,7 +204,7 @@ def test_a_deferred_upward_import_and_a_heavy_import_in_a_light_room_are_breache
     mods = _plant(tmp_path, {
         "harness/search.py": "def f():\n    from agents.client import ModelClient\n",
         "tasks/env.py": "import os\n\nif True:\n    import ray\n",
-        "flows/cli.py": "import agents.client\nfrom correction import mix\n",
+        "flows/cli/app.py": "import agents.client\nfrom correction import mix\n",
     })
     assert layering_breaches(mods, tmp_path) == ["harness/search.py:2 harness/ imports agents.client",
                                        "tasks/env.py:4 tasks/ imports ray"]

@@ -32,7 +32,7 @@ def tok(tiny_model_dir: Path):
 
 def cli_app() -> typer.Typer:
     """Just this module's commands: importing flows.cli would load every other group (prefect, ray, ...)."""
-    from flows import cli_train
+    from flows.cli import train as cli_train
 
     app = typer.Typer()
     cli_train.register(app)

@@ -35,7 +35,7 @@ def greedy(api_base: str, model: str, content: str) -> str:
 
 @pytest.mark.vllm
 def test_cli_trains_and_serves_an_adapter_that_changes_greedy_output(vllm_server: str, tiny_model_dir: Path, tmp_path: Path) -> None:
-    from flows import cli_train
+    from flows.cli import train as cli_train
 
     app = typer.Typer()
     cli_train.register(app)

@@ -1,0 +1,5 @@
+"""`python -m flows.cli ...` runs the `coevo` command line."""
+
+from flows.cli.app import app
+
+app()

@@ -1,0 +1,1 @@
+"""Operations: the run registry, the nightly evaluation and the Prefect deployments."""

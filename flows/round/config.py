@@ -1,0 +1,197 @@
+"""The `round:` section of a run config: one co-evolution round (docs/flows.md, "The co-evolution round").
+
+A config with `round:` is run by `flows/round/flow.py:coevolution_round`; without it, `coevo run` keeps the
+evaluation flow (flows/evaluation/flow.py). The test split, its size and the evaluation seeds come from the run's
+`evaluation:` section (`split`, `n_instances`, `seeds`, `bootstrap_samples`); its `pairs` are not used by a
+round, which evaluates its own pairs (M_t and the expert on h0 and h*_t, and the trained arms).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from correction.locators.base import parse_locator
+from correction.selectors.base import parse_selector
+from flows.placement import PlacementSettings
+from harness.evolution import parse_strategy
+from training.config import LengthRule, TrainConfig
+
+Arm = Literal["imit_h0", "imit", "corr"]
+ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr")
+ARM_SUFFIX: dict[str, str] = {"imit_h0": "imit-h0", "imit": "imit", "corr": "corr"}
+STAGES: list[str] = ["evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train", "evaluate_arms", "attribute",
+                     "gate", "report"]
+
+
+class SearchSettings(BaseModel):
+    """The harness search per family (flows/evolution.py), around M_t, from the round's start harness."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reflector: str = Field(default="library", description="'library' or 'llm:MODEL' (options from the `reflector` "
+                                                          "role when the run defines one).")
+    seeds: int = Field(default=3, ge=1, description="Search seeds; h*_t = the best validation mean over them.")
+    budget_rollouts: int = Field(default=60, ge=1, description="Evaluations per search seed (GEPA max_metric_calls).")
+    budget_reflector_usd: float | None = Field(default=None, gt=0, description="Reflector dollars per search seed.")
+    minibatch_size: int = Field(default=3, ge=1, description="Train items per reflection minibatch.")
+    minibatch_sampler: Literal["epoch", "informative"] = Field(
+        default="epoch", description="'epoch' (GEPA's) or 'informative' (toward instances whose score varied).")
+    max_edits: int = Field(default=2, ge=1, description="At most this many typed edits in one proposal.")
+    train_instances: int | None = Field(default=None, gt=0, description="First N train instances; null = all 20.")
+    val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances.")
+    train_seeds: int = Field(default=1, ge=1, description="Rollout seeds per train instance.")
+    val_seeds: int = Field(default=1, ge=1, description="Rollout seeds per val instance.")
+
+    @field_validator("reflector")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        name, _ = parse_strategy(v)
+        if name not in ("library", "llm"):
+            raise ValueError(f"unknown reflector '{v}'; use library or llm:MODEL")
+        return v
+
+    @model_validator(mode="after")
+    def _budget_pays_one_iteration(self) -> "SearchSettings":
+        need = (self.val_instances or 20) * self.val_seeds + 2 * self.minibatch_size
+        if self.budget_rollouts < need:
+            raise ValueError(f"budget_rollouts {self.budget_rollouts} cannot pay for one validation pass and one "
+                             f"iteration (2 x minibatch {self.minibatch_size}); give at least {need}")
+        return self
+
+
+class DataSettings(BaseModel):
+    """The training split's rollouts the arms are built from (never val or test)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instances: int | None = Field(default=None, gt=0, le=20, description="First N train instances per family; "
+                                  "null = all 20.")
+    expert_seeds: int = Field(default=1, ge=1, description="Expert rollouts per train instance (imitation arms).")
+    student_samples: int = Field(default=3, ge=1, description="K samples of M_t per train instance under the "
+                                 "harness (the correction arm's failures; own successes for every arm).")
+    corrections: int = Field(default=400, ge=0, description="At most this many corrections (paper: ~400).")
+    self_successes: int = Field(default=50, ge=0, description="At most this many own successes per arm (paper: ~50).")
+
+
+class CorrectionSettings(BaseModel):
+    """The correction arm (flows/evaluation/correction.py); the expert is the round's expert role."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expert: str | None = Field(default=None, description="Who rewrites t*: a role name under `models` or a model "
+                               "string; null = the round's `expert` role (which always does imitation and "
+                               "evaluation). An expert asked to repair one turn should repair it in the student's "
+                               "form: the embedded default uses the SIMULATED showwork/{family} here.")
+    suffix: Literal["none", "replay", "original"] = Field(
+        default="none", description="What a training row holds after t*: none | replay (the student's continuation "
+        "in the chosen candidate's best replay) | original (the failing rollout's own turns); docs/correction.md.")
+    loss_on: Literal["corrected", "all_student"] = Field(
+        default="corrected", description="corrected (the corrected turn only) | all_student (and every student "
+        "turn kept; a suffix from a replay that did not pass carries no loss).")
+    keep: Literal["improved", "any"] = Field(
+        default="improved", description="improved: keep a correction only when the chosen candidate's mean replay "
+        "score exceeds the failing rollout's score; any: keep every chosen candidate.")
+    locator: str = Field(default="counterfactual", description="counterfactual | divergence | mle_agent:MODEL")
+    locator_expert: str = Field(default="oracle/{family}", description="Continues prefixes for the counterfactual: "
+                                "a role name under `models` or a model string.")
+    selector: str = Field(default="verifier_replay", description="verifier_replay | judge:MODEL")
+    n: int = Field(default=3, ge=1, description="Expert candidates per t*.")
+    replays: int = Field(default=2, ge=1, description="Student continuations per candidate (verifier_replay).")
+    extra_turns: int = Field(default=30, ge=1, description="Turns a continuation (a locator's or a replay's) may "
+                             "run past its prefix.")
+    mode: Literal["single_turn", "suffix"] = Field(
+        default="single_turn", description="single_turn (the expert rewrites t* only) | suffix (also the expert's "
+        "turns t*..t*+m, when they let the student do better than the single turn).")
+    concurrency: int = Field(default=8, ge=1, description="Failing rollouts corrected at once; their episodes run "
+                             "on the round's Ray pool, which bounds what is in flight per server.")
+
+    @field_validator("locator")
+    @classmethod
+    def _locator(cls, v: str) -> str:
+        parse_locator(v)
+        return v
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, v: str) -> str:
+        parse_selector(v)
+        return v
+
+
+class GateSettings(BaseModel):
+    """The promotion gate: the correction arm's best training seed vs M_t on the validation split under h*_t."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances per family.")
+    val_seeds: int = Field(default=1, ge=1, description="Sampling seeds per val instance.")
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="Of the paired bootstrap CI.")
+    bootstrap_samples: int = Field(default=2000, ge=100, description="Draws for the paired bootstrap CI.")
+    allow_fit_risk: bool = Field(default=False, description="Promote even when the fit monitor flags the adapter.")
+    merge: bool = Field(default=True, description="Merge the promoted adapter into the base weights (peft) as "
+                                                  "the next round's student `student-r{t+1}`.")
+    rule: Literal["gain", "non_inferior"] = Field(
+        default="gain", description="'gain': promote only when the candidate's validation mean is above M_t's, "
+        "not significantly below it, and the fit check passes (a candidate equal to M_t is 'not promoted: no "
+        "gain' and the next round starts from M_t); 'non_inferior': promote unless significantly below M_t.")
+
+
+class RoundConfig(BaseModel):
+    """One co-evolution round; see the module docstring."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    student: str = Field(default="student", description="Role (under `models`) of M_t: a hosted_vllm model.")
+    expert: str = Field(default="expert", description="Role of the expert (imitation data, rewrites, headroom).")
+    student_weights: str = Field(description="M_t's weights directory (training base; merged into when promoted).")
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="Students are sampled at this temperature; "
+                               "each evaluation seed is its own sampling seed.")
+    start_harness: str = Field(default="baseline", description="Round 0's start harness: 'baseline' (h0) or a "
+                               "directory with one <family>.yaml each.")
+    index: int = Field(default=0, ge=0, description="t of the first round (adapters are named student@r{t+1}-...).")
+    arms: list[Arm] = Field(default_factory=lambda: list(ARMS), description="Trained arms: imit_h0, imit, corr.")
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    data: DataSettings = Field(default_factory=DataSettings)
+    correction: CorrectionSettings = Field(default_factory=CorrectionSettings)
+    lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT (training.config.TrainConfig); "
+                              "`seeds` = training seeds per arm.")
+    length: LengthRule = Field(default_factory=LengthRule)
+    gate: GateSettings = Field(default_factory=GateSettings)
+    budget_usd: float | None = Field(default=None, gt=0, description="Run-level dollars for API roles (expert, "
+                                     "reflector, locator, judge): spent -> the round stops cleanly, resumable.")
+    placement: PlacementSettings = Field(default_factory=PlacementSettings, description="The train stage's GPUs "
+                                         "and what the student's server does while LoRA trains (flows/placement.py)")
+    accelerate_config: str | None = Field(default=None, description="accelerate config (relative to the repo "
+                                          "root, or absolute): the train stage runs `accelerate launch` with it "
+                                          "(multi-GPU or multi-process LoRA; checked by --dry-run against the "
+                                          "servers); unset, LoRA trains in the flow's process.")
+    est_rollout_s: dict[str, float] = Field(default_factory=dict, description="Seconds per rollout by model prefix "
+                                            "for the --dry-run estimate (defaults in flows/round/plan.py).")
+    stage_timeout_s: dict[str, float] = Field(
+        default_factory=dict, description="Wall-clock limit per stage in seconds, e.g. {evolve: 3600}; a stage "
+        "past it fails the run (its finished rollouts, searches and LoRA seeds stay; `--resume` continues). "
+        "Unset stages have no limit.")
+
+    @field_validator("stage_timeout_s")
+    @classmethod
+    def _stage_timeouts(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, seconds in v.items():
+            if name not in STAGES:
+                raise ValueError(f"unknown stage '{name}'; stages: {', '.join(STAGES)}")
+            if not seconds > 0:
+                raise ValueError(f"stage '{name}': timeout must be > 0 seconds, got {seconds}")
+        return v
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: list[Arm]) -> list[Arm]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"arms repeat: {v}")
+        return v
+
+
+def adapter_name(t: int, arm: str, seed: int) -> str:
+    """The served name of one trained arm's seed: student@r{t+1}-imit-h0-s0, ...-imit-s0, ...-corr-s0."""
+    return f"student@r{t + 1}-{ARM_SUFFIX[arm]}-s{seed}"

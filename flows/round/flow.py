@@ -1,0 +1,190 @@
+"""The co-evolution round as a stage graph (docs/flows.md, "The co-evolution round").
+
+    coevolution_round("deploy/configs/local.yaml", rounds=1)                 # a new run
+    coevolution_round(path, run_id="...")                                     # resume: finished stages skipped
+    coevolution_round(path, run_id="...", from_stage="attribute")            # recompute attribute and later
+
+Per round t (a store of its own, `runs/<run_id>/rounds/r<t>/`): serve (the round's model servers, one scope) ->
+evaluate_h0 -> evolve -> evaluate_h_star -> arm_data -> train -> (hot-load the adapters) -> evaluate_arms ->
+attribute -> gate -> report; then round t+1 starts from (M_{t+1} or M_t, h*_t). The stage functions live in
+flows/round/stages.py, flows/round/data.py, flows/round/train.py, flows/round/gate.py, flows/round/reporting.py.
+
+Each stage is a Prefect subflow; its output is a pydantic record stored in the round's `state.json` (stage
+`round`) with a content key of the run config and the upstream stage's key: a resumed run skips a stage whose
+key matches, and inside an unfinished stage the stored rollouts (one file per rollout, content-keyed), the
+search's cache, the correction episodes and finished LoRA seeds are found and not redone. `from_stage` moves the
+outputs of that stage and every later one aside (`<round>/superseded/<time>/`) and recomputes them.
+Transient errors (timeouts, lost Ray actors) are retried by the rollout task; anything else fails the run,
+which `coevo run --resume RUN_ID` continues. A run-level API budget (`round.budget_usd`) is checked before each
+stage: spent -> the run stops cleanly, resumable with a larger budget.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
+                               update_progress_artifact)
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.config import ConfigError, RunConfig, load_config, preflight, resolved
+from flows.round.budget import BudgetSpent, spent_usd
+from flows.round.context import RoundContext, RoundState, round_store
+from flows.round.config import STAGES
+from flows.round.lock import RunLock
+from flows.round.next import first_state, next_round
+from flows.round.runner import StageRunner
+from flows.store import RunStore, new_run_id
+
+
+class RoundResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    t: int
+    student: str
+    report_path: str = ""
+    promoted: bool | None = None
+    decision: str = ""
+    stages: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class RunResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    run_dir: str
+    status: str = Field(description="'done' or 'budget_spent' (resumable).")
+    message: str = ""
+    rounds: list[RoundResult]
+    spent_usd: float
+
+
+def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[int], None]) -> RoundResult:
+    from flows.evaluation.flow import slug
+
+    runner = StageRunner(ctx, from_stage)
+    with _servers(ctx) as servers:
+        ctx.servers = servers
+        for i, name in enumerate(STAGES):
+            rec = runner.run(name)
+            _artifact(slug("round", ctx.store.root.parent.parent.name, f"r{ctx.t}", name), name, rec)
+            progress(i + 1)
+    gate, rep = runner.records["gate"], runner.records["report"]
+    create_markdown_artifact(markdown=rep.markdown[:100_000], key=slug("round-report", ctx.store.root.parent.parent.name,
+                                                                        f"r{ctx.t}")[:120],
+                             description=f"co-evolution round {ctx.t}: report")
+    return RoundResult(t=ctx.t, student=ctx.state.student_model, report_path=runner.records["report"].report_path,
+                       promoted=gate.promoted, decision=gate.reason, stages=runner.log)
+
+
+def _servers(ctx: RoundContext) -> Any:
+    from flows.servers import ModelServers
+
+    return ModelServers(ctx.config, ctx.store.root / "logs" / "servers", ctx.base, logger=get_run_logger())
+
+
+def _artifact(key: str, stage: str, rec: BaseModel) -> None:
+    rows = []
+    for k, v in rec.model_dump(mode="json").items():
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            for name, sub in v.items():
+                rows.append({"item": f"{k}.{name}", **{a: str(b)[:120] for a, b in sub.items()
+                                                        if not isinstance(b, (list, dict))}})
+        elif not isinstance(v, (list, dict)):
+            rows.append({"item": k, "value": str(v)[:300]})
+    create_table_artifact(table=rows or [{"item": stage, "value": "done"}], key=key[:120],
+                          description=f"round stage {stage}: its output record")
+
+
+def run_rounds(config: RunConfig, rounds: int = 1, run_id: str | None = None, from_stage: str | None = None,
+               base: Path | None = None) -> RunResult:
+    """The rounds of one run under the run lock; see the module docstring."""
+    if config.round is None:
+        raise ConfigError("the config has no `round:` section (use the evaluation flow, or add one)")
+    if from_stage is not None and from_stage not in STAGES:
+        raise ConfigError(f"--from-stage: unknown stage '{from_stage}'; stages: {', '.join(STAGES)}")
+    base = (base or Path.cwd()).resolve()
+    preflight(config, base)
+    _refuse_placement(config, base)
+    run_id = run_id or new_run_id(config.name)
+    run = RunStore(base / config.runs_dir, run_id)
+    with RunLock(run.root):
+        run.save_config(resolved(config))  # the merged config, every default filled
+        return _rounds_locked(config, run, rounds, from_stage, base)
+
+
+def _refuse_placement(config: RunConfig, base: Path) -> None:
+    """GPU placement and LoRA serving, refused before any server starts or any LoRA trains (flows/placement.py)."""
+    from flows.placement import check_lora_serving, require_placement
+
+    require_placement(config, base)
+    errors, _ = check_lora_serving(config, base)
+    if errors:
+        raise ConfigError("\n".join(errors))
+
+
+def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: str | None, base: Path) -> RunResult:
+    from flows.evaluation.flow import _start_ray, build_tiny_model, slug
+
+    import ray
+
+    owns_ray = _start_ray(config)
+    results: list[RoundResult] = []
+    state, cfg = first_state(config, run, base)
+    total = rounds * len(STAGES)
+    pid = create_progress_artifact(progress=0.0, key=slug("round-progress", run.run_id),
+                                   description=f"run {run.run_id}: stages finished of {total}")
+    try:
+        if config.tiny_model is not None:
+            build_tiny_model(config, str(base))
+        for k in range(rounds):
+            ctx = RoundContext(config=cfg, store=round_store(run.root, state.t), base=base, state=state)
+            done_before = k * len(STAGES)
+            res = _one_round(ctx, from_stage if k == 0 else None,
+                             lambda i: update_progress_artifact(pid, 100.0 * (done_before + i) / total))
+            results.append(res)
+            run.mark_done("rounds", f"r{state.t}", res.model_dump(mode="json"))
+            if k + 1 < rounds:
+                state, cfg = next_round(ctx, run)
+        status, message = "done", ""
+    except BudgetSpent as e:
+        status, message = "budget_spent", str(e)
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    _summary(run)
+    return RunResult(run_id=run.run_id, run_dir=str(run.root.resolve()), status=status, message=message,
+                     rounds=results, spent_usd=spent_usd(run.root))
+
+
+def _summary(run: RunStore) -> None:
+    from flows.round.reporting import write_summary
+
+    rows = [{"t": v["t"], "student": v["student"], "decision": v["decision"], "report": v["report_path"]}
+            for v in run.done("rounds").values()]
+    write_summary(run.root, rows)
+
+
+@flow(name="coevolution-round", flow_run_name="coevolution-round", log_prints=True)
+def coevolution_round(config_path: str, rounds: int = 1, run_id: str | None = None,
+                      from_stage: str | None = None) -> dict[str, Any]:
+    """`rounds` co-evolution rounds from the config at `config_path` (a new run, or `run_id` resumed); the
+    deployment's entry point (deploy/prefect.yaml)."""
+    config = load_config(config_path)
+    result = run_rounds(config, rounds, run_id, from_stage)
+    get_run_logger().info("run %s: %s %s", result.run_id, result.status, result.message)
+    return result.model_dump(mode="json")
+
+
+@flow(name="coevolution-run", flow_run_name="coevolution-{run_id}", log_prints=True)
+def coevolution_run(config: RunConfig, run_id: str, rounds: int = 1, from_stage: str | None = None,
+                    base_dir: str | None = None) -> RunResult:
+    """`coevo run`: the same rounds from a config already loaded (and overridden) by the command line."""
+    result = run_rounds(config, rounds, run_id, from_stage, Path(base_dir) if base_dir else None)
+    get_run_logger().info("run %s: %s %s", result.run_id, result.status, result.message)
+    return result
+
+
+__all__ = ["RoundResult", "RoundState", "RunResult", "STAGES", "coevolution_round", "coevolution_run", "run_rounds"]

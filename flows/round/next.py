@@ -1,0 +1,44 @@
+"""Where a round starts: round 0 from the config, round t+1 from round t's gate and h*_t.
+
+Promoted: M_{t+1} is the merged model `student-r{t+1}`, served by the student's server (restarted on the merged
+weights, under that name), and its search starts from h*_t. Not promoted: M_t again, also from h*_t.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flows.config import ConfigError, RunConfig
+from flows.round.context import RoundContext, RoundState
+from flows.store import RunStore
+
+
+def first_state(config: RunConfig, run: RunStore, base: Path) -> tuple[RoundState, RunConfig]:
+    r = config.round
+    assert r is not None
+    start = "baseline" if r.start_harness == "baseline" else str((base / r.start_harness).resolve())
+    state = RoundState(t=r.index, student_model=config.models[r.student].model,
+                       student_weights=str((base / r.student_weights).resolve()), start_harness=start)
+    return state, config
+
+
+def next_round(ctx: RoundContext, run: RunStore) -> tuple[RoundState, RunConfig]:
+    done = ctx.store.done("round")
+    gate, evolve = done["gate"]["output"], done["evolve"]["output"]
+    t = ctx.t
+    if not (gate["promoted"] and gate.get("merged_dir")):
+        return ctx.state.model_copy(update={"t": t + 1, "start_harness": evolve["h_star_dir"]}), ctx.config
+    role = ctx.config.models[ctx.r.student]
+    spec = ctx.config.server_for(role)
+    if spec is None:
+        raise ConfigError(f"round {t + 1}: the promoted student-r{t + 1} must be served by a server the run manages; "
+                          f"list M_t's server under `servers` (or run one round at a time)")
+    name = f"student-r{t + 1}"
+    data = ctx.config.model_dump(mode="json")
+    for s in data["servers"]:
+        if s["name"] == spec.name:
+            s.update(model=gate["merged_dir"], name=name)
+    data["models"][ctx.r.student]["model"] = f"hosted_vllm/{name}"
+    state = RoundState(t=t + 1, student_model=f"hosted_vllm/{name}", student_weights=gate["merged_dir"],
+                       start_harness=evolve["h_star_dir"])
+    return state, RunConfig.model_validate(data)

@@ -1,0 +1,114 @@
+"""The round's `report` stage: its records -> `<round>/reports/report.md` (+ PNGs) and the run summary.
+
+Numbers come from the stored rollouts the records point to (read back from Parquet), never from memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+from analysis.report_sections import ReportSection, write_section_plots
+from analysis.round_report import RoundPage, round_markdown
+from flows.round.context import RoundContext
+from flows.round.data import ArmDataRecord
+from flows.round.eval import EvalRecord, frame_of
+from flows.round.gate import GateRecord
+from flows.round.stages import AttributeRecord, EvolveRecord, grouped
+from flows.store import atomic_write_text
+
+SIMULATED = ("flawed/", "showwork/")
+
+
+class ReportRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    report_path: str
+    rows: list[dict[str, str]]
+    plots: dict[str, str]
+    markdown: str
+
+
+def test_frame(ctx: RoundContext, tests: dict[str, EvalRecord]) -> pl.DataFrame:
+    frames = []
+    for group, recs in grouped(tests).items():
+        for rec in recs:
+            parts = rec.name.split(".")
+            seed = int(parts[1][1:]) if len(parts) == 3 else None
+            f = frame_of(ctx.store, [rec]).select("family", "instance_id", "seed", "passed")
+            frames.append(f.with_columns(pl.lit(group).alias("group"), pl.lit(seed, dtype=pl.Int64).alias("train_seed")))
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def _notes(ctx: RoundContext) -> list[str]:
+    notes = []
+    models = {ctx.expert().model, ctx.student().model, ctx.r.correction.locator_expert, ctx.correction_expert().model}
+    sim = sorted(m for m in models if m.startswith(SIMULATED))
+    if sim:
+        notes.append(f"SIMULATED: {', '.join(sim)} is a simulated policy (flawed/: the oracle with labelled, injected "
+                     "faults; showwork/: the show-your-work policy the student learned from, knowing every item); its "
+                     "rows are not a model's results.")
+    if ctx.correction_expert().model != ctx.expert().model:
+        notes.append(f"The correction arm's rewrites come from {ctx.correction_expert().model}, imitation and "
+                     f"evaluation from {ctx.expert().model}: an expert asked to solve writes its own plan; asked to "
+                     "repair one turn, it should repair it in the student's form.")
+    if ctx.r.search.reflector == "library":
+        notes.append("The library reflector draws on per-family knowledge cards that share keys with the flawed "
+                     "policy's knowledge items: the search here tests the machinery, not the method.")
+    return notes
+
+
+def _corrections(ctx: RoundContext, data: ArmDataRecord | None) -> tuple[list[dict[str, Any]], str]:
+    """The correction arm's yield table and a line on its keep rule (or why it has no set)."""
+    arm = data.sets.get("corr") if data is not None else None
+    if arm is None:
+        return [], ""
+    c = ctx.r.correction
+    note = (f"Rewrites by {ctx.correction_expert().model}; locator {c.locator}, selector {c.selector}; keep "
+            f"'{c.keep}' (a correction is kept only when the student's replays of it beat the failing rollout's "
+            f"score), row suffix '{c.suffix}', loss on '{c.loss_on}'; {arm.rows} rows in the set."
+            if c.keep == "improved" else f"keep 'any'; {arm.rows} rows in the set.")
+    return list(arm.card.get("yield", [])), note + (f" {arm.reason}" if arm.reason else "")
+
+
+def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: EvolveRecord, attributed: AttributeRecord,
+                 gate: GateRecord, stages: list[dict[str, Any]], data: ArmDataRecord | None = None) -> ReportRecord:
+    frame = test_frame(ctx, tests)
+    edits = [{"family": f, **{k: v for k, v in e.items() if k in ("op", "rationale", "val_mean", "in_h_star")}}
+             for f, s in evolved.families.items() for e in s.accepted_edits]
+    search = [{"family": f, "h0 val": f"{s.h0_val:.3f}", "h* val": f"{s.best_val:.3f}", "h*": s.h_star_id,
+               "evaluations run": s.evaluations_run, "cached": s.evaluations_cached} for f, s in evolved.families.items()]
+    ev = ctx.config.evaluation
+    corrections, corrections_note = _corrections(ctx, data)
+    page = RoundPage(
+        title=f"Co-evolution round {ctx.t}: {ctx.store.root.parent.parent.name}",
+        meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model, "start harness": ctx.state.start_harness,
+              "families": ", ".join(ctx.families()), "test split": f"{ev.split}, {ev.n_instances or 'all'} instances x "
+              f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
+              "training seeds": ctx.r.lora.seeds, "attributor": attributed.attributor},
+        frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections], edits=edits, search=search,
+        gate=gate.model_dump(), stages=stages, notes=_notes(ctx), n_boot=ev.bootstrap_samples,
+        corrections=corrections, corrections_note=corrections_note)
+    md = round_markdown(page)
+    out = ctx.store.root / "reports"
+    sections = [ReportSection(**s.model_dump()) for s in attributed.sections]
+    order = list(grouped(tests))
+    plots = {k: str(v) for k, v in write_section_plots(sections, out, order).items()}
+    path = out / "report.md"
+    atomic_write_text(path, md)
+    from analysis.round_report import main_table
+
+    return ReportRecord(report_path=str(path.resolve()), rows=main_table(frame), plots=plots, markdown=md)
+
+
+def write_summary(run_root: Path, rounds: list[dict[str, Any]]) -> Path:
+    """`<run>/reports/summary.md`: one line per round (student, decision) with a link to its page."""
+    lines = ["# Run summary", "", "| round | M_t | decision | report |", "|---|---|---|---|"]
+    for r in rounds:
+        lines.append(f"| {r['t']} | {r['student']} | {r['decision']} | {r['report']} |")
+    path = run_root / "reports" / "summary.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
