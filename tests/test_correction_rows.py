@@ -120,3 +120,17 @@ async def test_an_llm_expert_sees_the_whole_turn_and_every_failed_check(failing,
         "Create the sheet with the exact columns the request names."
     call = got.message["tool_calls"][0]["function"]
     assert call["name"] == "create_sheet" and json.loads(call["arguments"]) == fixed
+
+
+async def test_the_arm_takes_kept_corrections_once_each_and_the_students_own_successes(failing, tmp_path):
+    from correction.arm_set import correction_arm_items
+
+    view = failing.view()
+    corr, row = await _correct(view, tmp_path, RowOptions(keep="any"))
+    assert corr.status == "corrected" and row is not None
+    dropped = corr.model_copy(update={"status": "not_improved", "corrected_trajectory_id": "x"})
+    passed = failing.model_copy(update={"id": "own-success", "verdict": failing.verdict.model_copy(update={"score": 1.0})})
+    items = correction_arm_items([corr, dropped], [row, row.model_copy(update={"id": "x"})], [failing, passed])
+    assert [(i.kind, i.value.id) for i in items][0] == ("correction", row.id)
+    assert [i.kind for i in items] == ["correction", "self_success"]  # the dropped one and the failure stay out
+    assert items[0].dedup_key[:2] == (view.instance.id, corr.t_star) and items[1].value.tag == "self_success"

@@ -23,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.budget import SpendCap
 from agents.records import ModelRole, Trajectory
-from correction.imitation import TAG_SELF, build_imitation_set, to_student
+from correction.arm_set import correction_arm_items
+from correction.imitation import build_imitation_set
 from correction.leakage import check_no_leakage
-from correction.mix import MixConfig, call_key, correction_item, mix, pass_rates, success_item
+from correction.mix import MixConfig, mix, pass_rates
 from correction.records import correction_yield
 from flows.evaluation.correction import CorrectionConfig, correct_run, pool_rollouts
 from flows.evaluation.flow import rollout_pool
@@ -35,7 +36,6 @@ from flows.round.context import PairPlan, RoundContext
 from flows.round.eval import EvalRecord, evaluate_pairs, trajectories_of
 from flows.store import atomic_write_text, content_key
 from harness.program import Harness
-from training.convert import ConversionError
 
 
 class ArmSet(BaseModel):
@@ -139,20 +139,7 @@ def correction_set(ctx: RoundContext, h_star: str, samples: list[Trajectory]) ->
                    f"coevo run --resume {run_root.name} --config FILE")
     with rollout_pool(ctx.config) as pool, ThreadPoolExecutor(cfg.concurrency, "correction") as threads:
         result = correct_run(ctx.store, samples, harnesses, cfg, run=pool_rollouts(pool, threads), cap=cap)
-    by_row = {c.corrected_trajectory_id: c for c in result.corrections if c.status == "corrected"}
-    items = []
-    for row in result.corrected:
-        corr = by_row.get(row.id)
-        if corr is not None and corr.t_star is not None:
-            chosen = corr.candidates[corr.chosen] if corr.chosen is not None else None
-            items.append(correction_item(row, row.instance.id, corr.t_star,
-                                         call_key(chosen.message.get("tool_calls") or []) if chosen is not None else row.id))
-    for t in samples:
-        if t.passed:
-            try:
-                items.append(success_item(to_student(t, TAG_SELF, keep_token_ids=True), "self_success", key=t.id))
-            except ConversionError:
-                continue
+    items = correction_arm_items(result.corrections, result.corrected, samples)
     mixcfg = MixConfig(corrections=ctx.r.data.corrections, self_successes=ctx.r.data.self_successes)
     key = content_key("corr", sorted(i.value.id for i in items), mixcfg.model_dump())
     found = _found(ctx, "corr", h_star, key)
