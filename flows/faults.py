@@ -27,27 +27,24 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by a test; never retried by a stage."""
 
 
-def maybe_fail(name: str, run_dir: Path) -> None:
-    if os.environ.get(ENV_VAR) != name or "PYTEST_CURRENT_TEST" not in os.environ:
-        return
-    marker = run_dir / "logs" / f"fault-{name}.fired"
-    if marker.exists():
-        return
+def _fires(var: str, value: str, marker: Path) -> bool:
+    """Whether the fault `var`=`value` fires now: named, under pytest, and not yet fired for this run (marker)."""
+    if os.environ.get(var) != value or "PYTEST_CURRENT_TEST" not in os.environ or marker.exists():
+        return False
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("fired\n")
-    raise InjectedFault(f"injected fault '{name}' ({ENV_VAR}); resume the run to continue")
+    with marker.open("w") as f:  # written (and synced) before the fault, so a resumed run passes it
+        f.write("fired\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def maybe_fail(name: str, run_dir: Path) -> None:
+    if _fires(ENV_VAR, name, run_dir / "logs" / f"fault-{name}.fired"):
+        raise InjectedFault(f"injected fault '{name}' ({ENV_VAR}); resume the run to continue")
 
 
 def maybe_kill(point: str, run_dir: Path) -> None:
     """SIGKILL this process at `point` when COEVO_TEST_KILL names it (under pytest, once per `run_dir`)."""
-    if os.environ.get(KILL_VAR) != point or "PYTEST_CURRENT_TEST" not in os.environ:
-        return
-    marker = run_dir / "logs" / f"kill-{point}.fired"
-    if marker.exists():
-        return
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    with marker.open("w") as f:
-        f.write("fired\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.kill(os.getpid(), signal.SIGKILL)
+    if _fires(KILL_VAR, point, run_dir / "logs" / f"kill-{point}.fired"):
+        os.kill(os.getpid(), signal.SIGKILL)
