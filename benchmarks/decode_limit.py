@@ -11,7 +11,9 @@ does the same work). Three figures, in generated tokens per second over the whol
     per generated token (2 x the weights a token passes through + the attention over the context);
 (b) the peer: `transformers` `generate` on the same weights, the whole batch at once (left padding, KV cache);
 (c) the server: the vLLM CPU server on the same weights, the batch in flight at once through /v1/completions with
-    the prompts as token ids (the server's own settings plus `--server-args`).
+    the prompts as token ids (the server's own settings plus `--server-args`);
+(d) with `--lora ADAPTER`: the same server decoding through that LoRA adapter, once per `--max-lora-rank` (vLLM
+    pads every adapter to the server's max_lora_rank, so the setting is part of the cost).
 vLLM's engine and the peer run on the same cores; prints a table and writes the raw JSON to benchmarks/results/.
 Nothing here is a timed assertion: the machine's load average is recorded with every figure.
 """
@@ -118,6 +120,7 @@ def peer(model_dir: Path, batch: list[list[int]], new_tokens: int, threads: int,
 
 
 async def _send(api_base: str, name: str, batch: list[list[int]], new_tokens: int) -> tuple[float, int]:
+    """(wall seconds, generated tokens) of the whole batch in flight at once, after one short warm request."""
     import httpx
 
     async with httpx.AsyncClient(base_url=api_base, timeout=900,
@@ -135,23 +138,34 @@ async def _send(api_base: str, name: str, batch: list[list[int]], new_tokens: in
         return time.perf_counter() - t0, sum(counts)
 
 
-def server(model_dir: Path, batch: list[list[int]], new_tokens: int, threads: int, args: str,
-           dtype: str) -> dict[str, Any]:
-    """The vLLM CPU server on the same weights and cores, the batch in flight at once."""
-    from deploy.vllm_server import ServeSpec, free_port, start_server, stop_server
+def server(model_dir: Path, batch: list[list[int]], new_tokens: int, threads: int, args: str, dtype: str,
+           lora: Path | None = None, max_lora_rank: int = 64) -> list[dict[str, Any]]:
+    """The vLLM CPU server on the same weights and cores, the batch in flight at once: on the base weights, and
+    through `lora` when given (the same server, adapter loaded at run time)."""
+    from deploy.vllm_server import ServeSpec, free_port, load_adapter, start_server, stop_server
 
     cpus = sorted(os.sched_getaffinity(0))[:threads]
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
-    spec = ServeSpec(model=str(model_dir), name="m0", port=free_port(), enable_lora=False, max_model_len=8192,
-                     cpu_kvcache_gib=2, dtype=dtype, extra_args=shlex.split(args))
+    os.environ["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
+    spec = ServeSpec(model=str(model_dir), name="m0", port=free_port(), enable_lora=lora is not None,
+                     max_lora_rank=max_lora_rank, max_model_len=8192, cpu_kvcache_gib=2, dtype=dtype,
+                     extra_args=shlex.split(args))
     state = Path(tempfile.mkdtemp(prefix="decode-limit-"))
     handle = start_server(spec, state_dir=state, ready_timeout_s=600)
+    out = []
     try:
-        wall, generated = asyncio.run(_send(handle.api_base, spec.name, batch, new_tokens))
+        names = [spec.name]
+        if lora is not None:
+            load_adapter(handle.api_base, "adapter", lora, probe=False)
+            names.append("adapter")
+        for name in names:
+            wall, generated = asyncio.run(_send(handle.api_base, name, batch, new_tokens))
+            out.append({"wall_s": wall, "generated": generated, "tok_s": generated / wall, "dtype": dtype,
+                        "server_args": args, "model": "base" if name == spec.name else f"LoRA {lora}",
+                        "max_lora_rank": max_lora_rank if lora is not None else None, "load_avg": os.getloadavg()})
     finally:
         stop_server(spec.port, state_dir=state)
-    return {"wall_s": wall, "generated": generated, "tok_s": generated / wall, "dtype": dtype, "server_args": args,
-            "load_avg": os.getloadavg()}
+    return out
 
 
 def main() -> None:
@@ -163,6 +177,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", help="Weights' dtype on both sides (the server's default).")
     ap.add_argument("--server-args", action="append", default=None,
                     help="Extra vLLM arguments; repeat to measure several server settings in the same run.")
+    ap.add_argument("--lora", type=Path, default=None, help="A PEFT adapter of the model: also decode through it.")
+    ap.add_argument("--max-lora-rank", type=int, action="append", default=None,
+                    help="With --lora: the server's max_lora_rank (repeat to compare; default 64, the server's).")
     ap.add_argument("--skip", action="append", default=[], choices=["bound", "peer", "server"])
     args = ap.parse_args()
     import json
@@ -180,8 +197,9 @@ def main() -> None:
     if "peer" not in args.skip:
         results["peer"] = peer(args.model, batch, args.new_tokens, args.threads, args.dtype)
     if "server" not in args.skip:
-        results["server"] = [server(args.model, batch, args.new_tokens, args.threads, a, args.dtype)
-                             for a in (args.server_args or [""])]
+        results["server"] = [row for a in (args.server_args or [""]) for rank in (args.max_lora_rank or [64])
+                             for row in server(args.model, batch, args.new_tokens, args.threads, a, args.dtype,
+                                               args.lora, rank)]
     rows = []
     if "bound" in results:
         rows += [(f"FLOP bound ({k}, {results['bound']['gflops'][k]:.0f} GFLOP/s)", v)
@@ -189,7 +207,8 @@ def main() -> None:
     if "peer" in results:
         rows.append((f"transformers generate, batch {args.batch} ({args.dtype})", results["peer"]["tok_s"]))
     for s in results.get("server", []):
-        rows.append((f"vLLM CPU server, {args.batch} in flight {s['server_args'] or '(defaults)'}", s["tok_s"]))
+        lora = f", LoRA (max_lora_rank {s['max_lora_rank']})" if s["model"] != "base" else ""
+        rows.append((f"vLLM CPU server, {args.batch} in flight {s['server_args'] or '(defaults)'}{lora}", s["tok_s"]))
     print(f"| M0 decode, {args.batch} prompts of ~{int(context - args.new_tokens / 2)} tokens + {args.new_tokens} "
           f"generated | tokens/s |\n|---|---|")
     for name, v in rows:
