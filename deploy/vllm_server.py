@@ -307,7 +307,7 @@ def load_adapter(api_base: str, name: str, path: str | Path, timeout: float = 12
     """Hot-load a PEFT adapter under a versioned name (e.g. student@r1); idempotent for the same name. `probe`:
     after a fresh load, compare its logprobs on a fixed probe with its base model's and unload and refuse it
     (deploy.adapter_probe.AdapterRefused) when they are equal (max |difference| <= 1e-6). A name the server
-    already holds is not probed again (a retrained adapter is unloaded first: round_train.serve_adapters)."""
+    already holds is not probed again (a retrained adapter is unloaded first: flows/round/train.py serve_adapters)."""
     body: dict[str, object] = {"lora_name": name, "lora_path": str(Path(path).resolve())}
     if is_3d_moe_adapter(path):
         body["is_3d_lora_weight"] = True  # vllm/lora/model_manager.py: _validate_moe_lora_format
