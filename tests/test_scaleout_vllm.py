@@ -1,8 +1,13 @@
 """Two vLLM CPU servers of the same student behind one RolloutPool: the session's shared server (A) and a
 second one started here (B) on the same tiny model. Requests spread over both, each conversation stays on
 the server it started on, and B killed mid-stage (SIGKILL to its process group, so requests in flight die
-rather than drain) loses no rollout: the pool notices B is gone (the episodes
-on it end in model_error and B fails a health probe) and starts those jobs over on A.
+rather than drain) loses no rollout: the pool notices B is gone (the episodes on it end in model_error and B
+fails a health probe) and starts those jobs over on A.
+
+B is reached through a small forwarding gate (the way a load balancer fronts a replica), which kills B at a
+point fixed by the protocol, not by timing: when the first second-turn request of a conversation reaches B.
+That conversation owes turns to B (so something must be rerouted), and B has answered at least one request.
+Earlier versions watched the pool from a thread and lost the race on loaded CI machines three times.
 
 Kept lean for 2 cores: B has no LoRA slots and a small window; episodes are 8 forced calls of one tool
 (strict schema, sampled, 48 tokens), so every conversation makes exactly 8 requests. Stickiness is checked
@@ -12,12 +17,13 @@ of the trajectories recorded on A.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -32,7 +38,7 @@ from harness import ToolPolicy
 
 FAMILY, TOOL = "stock_alert", "list_sheets"
 N_JOBS = 8
-TURNS = 8  # long enough that the watcher below, slow on a loaded machine, still finds B mid-stage
+TURNS = 8  # every conversation makes exactly 8 requests
 
 
 @pytest.fixture
@@ -48,6 +54,72 @@ def second_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, i
         yield handle.api_base, spec.port, state_dir
     finally:
         stop_server(spec.port, state_dir=state_dir, grace_s=5)
+
+
+class KillGate:
+    """Forwards HTTP to server B; `on_second_turn` runs once, before forwarding, when the first request that
+    continues a conversation (it carries an assistant message) arrives. Replies from a dead B become 502,
+    as a load balancer answers for a replica that is gone."""
+
+    def __init__(self, upstream: str, on_second_turn: Callable[[], None]) -> None:
+        self.upstream, self.on_second_turn = upstream.rstrip("/"), on_second_turn
+        self.answered = 0  # chat completions B answered with 200 through the gate
+        self.fired = threading.Event()
+        self._lock = threading.Lock()
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._forward(None)
+
+            def do_POST(self) -> None:
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+            def _forward(self, body: bytes | None) -> None:
+                if body is not None and gate._continues(body):
+                    with gate._lock:
+                        if not gate.fired.is_set():
+                            gate.on_second_turn()
+                            gate.fired.set()
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+                url = gate.upstream + self.path.removeprefix("/v1")
+                try:
+                    r = httpx.request(self.command, url, content=body, headers=headers, timeout=300)
+                    status, payload, ctype = r.status_code, r.content, r.headers.get("content-type", "application/json")
+                except httpx.HTTPError as e:
+                    payload = json.dumps({"error": f"upstream gone: {e}"}).encode()
+                    status, ctype = 502, "application/json"
+                if status == 200 and self.path.endswith("/chat/completions"):
+                    with gate._lock:
+                        gate.answered += 1
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.api_base = f"http://127.0.0.1:{self._server.server_port}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @staticmethod
+    def _continues(body: bytes) -> bool:
+        try:
+            messages = json.loads(body).get("messages", [])
+        except ValueError:
+            return False
+        return any(m.get("role") == "assistant" for m in messages if isinstance(m, dict))
+
+    def __enter__(self) -> KillGate:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def _metric(api_base: str, name: str) -> float:
@@ -87,46 +159,31 @@ def test_two_servers_spread_stick_and_survive_one_stopped(vllm_server: str, seco
                                                           ray_local: None) -> None:
     from deploy.vllm_server import find_server
 
-    a, (b, b_port, b_state) = vllm_server, second_server
+    a, (b_direct, b_port, b_state) = vllm_server, second_server
     jobs = _jobs(a)
     stopped: dict[str, float] = {}
-    seen: list[tuple[int, int, float]] = []  # the watcher's (finished on B, in flight on B, B's answers) snapshots
-    served_a, served_b0 = _requests_served(a), _requests_served(b)
-    stop = threading.Event()
-    with RolloutPool(n_actors=2, concurrency_per_server=2, max_attempts=3, api_bases={"hosted_vllm/tiny": [a, b]}) as pool:
-        def stop_b_mid_stage() -> None:
-            """Once B has answered a first turn and still owes at least 2 turns to conversations it holds.
+    pool_ref: list[RolloutPool] = []
 
-            "In flight" alone is not enough: an episode whose turns are all done stays in flight until the pool
-            collects it, and on a loaded machine this thread can wake only then (CI once killed a B that owed
-            nothing, so nothing was rerouted). Owed turns = TURNS x (episodes given to B) - requests B answered;
-            read in this order (finished, in flight, answered) every race makes the count smaller, never larger.
-            """
-            while not stop.is_set():
-                done_on_b = sum(t.server == b for t in list(pool.timings.values()))
-                in_flight_b = pool.server_loads().get(b, 0)
-                if in_flight_b > 0:  # only then ask B's /metrics (slow on a loaded machine)
-                    served_b = _requests_served(b) - served_b0
-                    owed = TURNS * (done_on_b + in_flight_b) - served_b
-                    seen.append((done_on_b, in_flight_b, served_b))
-                    if served_b >= 1 and owed >= 2:
-                        stopped.update(in_flight=in_flight_b, done_on_b=done_on_b, owed=owed)
-                        os.killpg(find_server(b_port, b_state).pid, signal.SIGKILL)  # in-flight requests die too
-                        return
-                time.sleep(0.05)
+    def kill_b() -> None:
+        """B is killed with the conversation that asked this second turn still owing it turns."""
+        pool = pool_ref[0]
+        done_on_b = sum(t.server == b for t in list(pool.timings.values()))
+        stopped.update(in_flight=pool.server_loads().get(b, 0), done_on_b=done_on_b, answered=gate.answered)
+        os.killpg(find_server(b_port, b_state).pid, signal.SIGKILL)  # in-flight requests die too
 
-        stopper = threading.Thread(target=stop_b_mid_stage)
-        stopper.start()
-        try:
+    served_a = _requests_served(a)
+    with KillGate(b_direct, kill_b) as gate:
+        b = gate.api_base
+        with RolloutPool(n_actors=2, concurrency_per_server=2, max_attempts=3,
+                         api_bases={"hosted_vllm/tiny": [a, b]}) as pool:
+            pool_ref.append(pool)
             trajs = list(pool.stream(jobs))
-        finally:
-            stop.set()
-            stopper.join()
-        stats, timings = pool.stats, dict(pool.timings)
+            stats, timings = pool.stats, dict(pool.timings)
     served_a = _requests_served(a) - served_a
 
-    assert stopped.get("in_flight", 0) > 0, f"B was never caught owing turns; watcher snapshots {seen[:20]}"
-    # Nothing lost, nothing twice; every rollout a real 4-turn conversation of forced tool calls.
+    assert gate.fired.is_set(), "no conversation reached a second turn on B: the pool never spread to it"
+    assert stopped["in_flight"] > 0 and stopped["answered"] >= 1, stopped
+    # Nothing lost, nothing twice; every rollout a real 8-turn conversation of forced tool calls.
     assert sorted(t.id for t in trajs) == sorted(j.key for j in jobs)
     for t in trajs:
         assert t.stop_reason == "max_turns", (t.stop_reason, t.error)
