@@ -130,7 +130,7 @@ lock:
 	@mv $(LOCK_DIR)/main.lock $(LOCK) && mv $(LOCK_DIR)/vllm.lock $(VLLM_LOCK) && rm -rf $(LOCK_DIR)
 	@git diff --stat -- $(LOCK) $(VLLM_LOCK) || true
 
-$(TINY)/model.safetensors: $(VENV)/.stamp deploy/tiny_model.py deploy/tiny/chat_template.jinja
+$(TINY)/model.safetensors: $(VENV)/.stamp deploy/tiny_model.py training/micro/vocab.py training/micro/chat_template.jinja
 	@mkdir -p .cache && $(VENV)/bin/coevo model tiny --out $(TINY) --seed 0 >.cache/tiny-model.log 2>&1 || { cat .cache/tiny-model.log; exit 1; }
 	@echo "built tiny model in $(TINY)"
 

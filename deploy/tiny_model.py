@@ -1,7 +1,7 @@
 """Build the tiny local Qwen3-architecture model: the embedded default student on machines with no GPU.
 
 Everything is made here, deterministically for a seed: a byte-level BPE tokenizer trained on a generated
-corpus, a Qwen-style chat template (deploy/tiny/chat_template.jinja) and randomly initialised weights.
+corpus, a Qwen-style chat template (training/micro/chat_template.jinja) and randomly initialised weights.
 Nothing is ever downloaded. head_dim is 64 because vLLM's CPU attention rejects smaller heads.
 
     coevo model tiny --out .cache/tiny-model --seed 0
@@ -17,11 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TEMPLATE_PATH = Path(__file__).parent / "tiny" / "chat_template.jinja"
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# Added but NOT special (as in Qwen's tokenizer): special tokens are stripped on decode and vLLM's hermes
-# parser would never see a tool call.
-TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+from training.micro.vocab import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
+
 
 
 class TinyModelSpec(BaseModel):

@@ -7,7 +7,8 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from deploy.tiny_model import TOOL_TOKENS, TinyModelSpec, build_tiny_model, weights_digest
+from deploy.tiny_model import TinyModelSpec, build_tiny_model, weights_digest
+from training.micro.vocab import TOOL_TOKENS
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a thing up.",
           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]

@@ -1,5 +1,5 @@
 """The micro student's training data: show-your-work policies that read their harness, renamed copies of the
-rename demonstrations, and the synthetic copy curriculum (deploy/micro_policies.py, micro_augment.py,
+rename demonstrations, and the synthetic copy curriculum (training/micro/policies.py, micro_augment.py,
 micro_curriculum.py). The policies run real episodes through the rollout runtime and the real verifiers."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 import tasks
 from agents.rollout import run_episode
-from deploy.micro_augment import renamed_copies, resku_copies
-from deploy.micro_curriculum import copy_examples
-from deploy.micro_mixture import named_harness
-from deploy.micro_policies import MISS, ShowWorkClient, has_policy, knows
+from training.micro.augment import renamed_copies, resku_copies
+from training.micro.curriculum import copy_examples
+from training.micro.mixture import named_harness
+from training.micro.policies import MISS, ShowWorkClient, has_policy, knows
 from harness.baseline import baseline
 from harness.render import system_prompt
 from tasks.code_refactor.show_work import rename_request
@@ -153,8 +153,8 @@ def test_resku_copies_replace_the_sku_in_the_instruction_the_calls_and_the_pages
 
 
 def test_copy_curriculum_trains_only_the_copied_tokens() -> None:
-    from deploy.micro_augment import WORDS
-    from deploy.micro_model import MicroSpec, build_tokenizer
+    from training.micro.augment import WORDS
+    from training.micro.build import MicroSpec, build_tokenizer
 
     tok = build_tokenizer([" ".join(WORDS) + " 0123456789 `x` = ; ? /a.py"], MicroSpec(vocab_size=700))
     examples = copy_examples(tok, 3, seed=0, target_tokens=256)

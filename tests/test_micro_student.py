@@ -17,8 +17,8 @@ from agents.jobs import Limits
 from agents.providers import close_provider_environments
 from agents.records import ModelRole
 from agents.rollout import run_episode
-from deploy.micro_mixture import NAMED, draw, named_harness
-from deploy.micro_model import BUILD_RECORD, MicroSpec, build_micro_model, weights_digest
+from training.micro.mixture import NAMED, draw, named_harness
+from training.micro.build import BUILD_RECORD, MicroSpec, build_micro_model, weights_digest
 from harness.baseline import baseline
 from harness.evolution.cards import stated_keys
 from training.pretrain import PretrainConfig

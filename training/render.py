@@ -61,7 +61,7 @@ def _check_prefix(prev: list[int], nxt: list[int], what: str, tokenizer: Any) ->
     context = tokenizer.decode(prev[max(0, at - 8): at + 8])
     raise PrefixStabilityError(
         f"chat template is not prefix-stable at {what}: token {at} differs (near {context!r}); "
-        "use a template that renders earlier turns identically (e.g. deploy/tiny/chat_template.jinja) "
+        "use a template that renders earlier turns identically (e.g. training/micro/chat_template.jinja) "
         "or pass chat_template=..."
     )
 

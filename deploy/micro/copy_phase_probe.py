@@ -21,8 +21,8 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from deploy.micro_curriculum import copy_batches
-    from deploy.micro_model import MicroSpec, init_model
+    from training.micro.curriculum import copy_batches
+    from training.micro.build import MicroSpec, init_model
     from training.pretrain import PretrainConfig, pretrain
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -55,7 +55,7 @@ def behaviour(root: Path) -> None:
     """How far the episodes got: the demonstrated first call, malformed calls, and (code_refactor renames)
     whether the instruction's old name was copied into any call."""
     from agents.trajectory_table import read_trajectories
-    from deploy.micro_policies import has_policy
+    from training.micro.policies import has_policy
 
     print("\nbehaviour:")
     for harness in ("h0", "hK"):

@@ -13,9 +13,10 @@ from pydantic import ValidationError
 from rich.console import Console
 
 import tasks
-from deploy import micro_model, tiny_model, vllm_server
+from deploy import tiny_model, vllm_server
 from flows.cli.options import existing_path, fail
 from tasks.anomaly_detection.show_work import PROGRAMS as ANOMALY_PROGRAMS
+from training.micro import build as micro_build
 
 console = Console()
 model_app = typer.Typer(help="Build models locally (never downloaded).", no_args_is_help=True)
@@ -38,7 +39,7 @@ def model_tiny(
     console.print(f"[green]built[/] {path}  sha256(weights)={tiny_model.weights_digest(path)[:16]}")
 
 
-_MICRO = micro_model.MicroSpec()
+_MICRO = micro_build.MicroSpec()
 
 
 @model_app.command("micro")
@@ -49,7 +50,7 @@ def model_micro(
     steps: Annotated[int, typer.Option(min=1, help="Training steps (one demonstration each); fixed, not timed.")] = _MICRO.train.steps,
     demos_per_family: Annotated[int, typer.Option(min=1, help="pretrain instances 1000.. per family, times the "
                                                    "family's weight (MicroSpec.demo_weights).")] = _MICRO.demos_per_family,
-    families: Annotated[str, typer.Option(help="Comma-separated families to demonstrate.")] = ",".join(micro_model.FAMILIES),
+    families: Annotated[str, typer.Option(help="Comma-separated families to demonstrate.")] = ",".join(micro_build.FAMILIES),
     threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = _MICRO.train.threads,
     anomaly_program: Annotated[str, typer.Option(
         help="anomaly_detection's demonstration program: 'paste' (the parameter file pasted into the query; every "
@@ -83,18 +84,18 @@ def model_micro(
         fail(f"--anomaly-program: {anomaly_program!r} is not one of {', '.join(ANOMALY_PROGRAMS)}")
     if copy_phase_stop_loss is not None and not copy_phase_stop_loss > 0:
         fail(f"--copy-phase-stop-loss: {copy_phase_stop_loss} must be above 0")
-    base = micro_model.MicroSpec()
-    spec = micro_model.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
+    base = micro_build.MicroSpec()
+    spec = micro_build.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
                                  anomaly_program=anomaly_program,  # type: ignore[arg-type]  (checked above)
                                  sku_copies=sku_copies, copy_phase_steps=copy_phase_steps,
                                  copy_phase_stop_loss=copy_phase_stop_loss,
                                  train=base.train.model_copy(update={"steps": steps, "threads": threads}))
-    path = micro_model.build_micro_model(out, spec, work_dir=work_dir)
-    console.print(f"[green]built[/] {path}  sha256(weights)={micro_model.weights_digest(path)}")
-    record = json.loads((path / micro_model.BUILD_RECORD).read_text())
+    path = micro_build.build_micro_model(out, spec, work_dir=work_dir)
+    console.print(f"[green]built[/] {path}  sha256(weights)={micro_build.weights_digest(path)}")
+    record = json.loads((path / micro_build.BUILD_RECORD).read_text())
     if record["copy_phase_formed"] is False:
         console.print(f"[yellow]warning:[/] the copy phase ended at loss {record['copy_phase']['last_loss']:.3f} "
-                      f"(>= {micro_model.COPY_FORMED_LOSS}): the copying circuit did not form, and M0 will guess "
+                      f"(>= {micro_build.COPY_FORMED_LOSS}): the copying circuit did not form, and M0 will guess "
                       "the values it should copy. Rebuild with another --seed (more copy-phase steps did not "
                       "form a stuck one: docs/students.md).")
 

@@ -12,7 +12,7 @@ functions. Either query computes the whole report as one CSV text cell; 4. `buck
 (a contiguous copy of the query result). It never reads the ground truth.
 
 `knows` names the knowledge items (harness/evolution/cards/anomaly_detection.yaml) the policy applies; the
-caller decides it (deploy/micro_policies.py). Without `bounds_are_normal` the query reports readings exactly at
+caller decides it (training/micro/policies.py). Without `bounds_are_normal` the query reports readings exactly at
 a bound (`value <= lo OR value >= hi`), which the instances plant on purpose (two per sensor), so the report's
 precision fails.
 """

@@ -7,7 +7,7 @@ with sed, then run the tests. Other refactoring kinds have no show-your-work pol
 False): their demonstrations come from the `flawed/code_refactor@native` policy.
 
 `knows` names the knowledge items (harness/evolution/cards/code_refactor.yaml) the policy applies; the caller
-decides it (deploy/micro_policies.py: an item the harness states is always applied, others only sometimes):
+decides it (training/micro/policies.py: an item the harness states is always applied, others only sometimes):
 - without `update_every_reference` the rename searches only the package directory, so the tests that still
   use the old name fail;
 - with `run_tests_before_finishing`, a failing test run is followed by the whole-repository rename and a

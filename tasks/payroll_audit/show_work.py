@@ -10,7 +10,7 @@ instances (pay_rates.csv, a second week in XLSX, an overtime limit) have no show
 (`applies` is False).
 
 `knows` names the knowledge items (harness/evolution/cards/payroll_audit.yaml) the policy applies; the caller
-decides it (deploy/micro_policies.py). Without `break_deduction_over_six_hours` the program leaves out the
+decides it (training/micro/policies.py). Without `break_deduction_over_six_hours` the program leaves out the
 unpaid break (`deduct_break = False`, its first line), so total_hours and gross_pay come out too high and the audit fails.
 """
 

@@ -5,7 +5,7 @@ of its training set instead of copying them from its context (docs/students.md):
 few tokens per thousand are copies. These examples are dense in copies and cheap (short segments packed into
 one sequence), so the attention circuits that copy (a previous-token head feeding an induction head) form
 early, and the demonstrations then teach where to copy from. Two kinds of segment, both made of the same
-identifiers as the rename copies (deploy/micro_augment.WORDS) and digits, tokenised by M0's own tokenizer:
+identifiers as the rename copies (training/micro/augment.WORDS) and digits, tokenised by M0's own tokenizer:
 
 - span repeat: `copy: <random identifiers and numbers>` then `again: <the same span>`; loss on the repeat;
 - key lookup: `facts: <key> = `<value>`; ...` then `<key>? `<value>`` for a few keys in random order; loss on
@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from deploy.micro_augment import WORDS
+from training.micro.augment import WORDS
 
 KEYS = ("old", "new", "source", "target", "file", "name", "path", "function", "from", "to", "sensor", "sku",
         "report", "table", "column", "id")

@@ -4,18 +4,18 @@
 
 Steps, all deterministic for a spec on one machine (same spec -> byte-identical weights):
 1. demonstrations on `pretrain` instances (indices >= 1000), each under a harness drawn from the mixture of
-   `deploy.micro_mixture` (h0, hK, random typed-edit variations): a show-your-work policy where one exists
-   (deploy/micro_policies.py: code_refactor renames, anomaly_detection, payroll_audit easy instances; each
+   `training.micro.mixture` (h0, hK, random typed-edit variations): a show-your-work policy where one exists
+   (training/micro/policies.py: code_refactor renames, anomaly_detection, payroll_audit easy instances; each
    reads its harness: an unstated knowledge item is often missed), else `flawed/<family>@native` (SIMULATED
    policy); plus `rename_copies` copies of every rename demonstration with fresh random names
-   (deploy/micro_augment.py), so the names can only be copied, never guessed (and `sku_copies` copies of every
+   (training/micro/augment.py), so the names can only be copied, never guessed (and `sku_copies` copies of every
    website_admin one with a fresh SKU, 0 by default);
 2. a byte-level BPE tokenizer trained on the rendered demonstrations, digits split one per token (numbers
    and ids are then copied digit by digit), the Qwen-style chat template of the tiny model, `<tool_call>`
    tool format (served with vLLM's hermes parser);
 3. a Qwen3-architecture model (head_dim 64: vLLM CPU) initialised from the seed and trained full-parameter
    (`training.pretrain`, with a progress bar) in two phases: the copy phase (batches of short synthetic copy
-   sequences, deploy/micro_curriculum.py: the copying circuits form after ~1,200 such steps, which a few
+   sequences, training/micro/curriculum.py: the copying circuits form after ~1,200 such steps, which a few
    hundred demonstrations never showed), then the demonstrations' assistant tokens shuffled with packed copy
    sequences (so copying is not forgotten);
 4. weights, tokenizer, the spec and a build record (demonstration and training figures) written to --out.
@@ -34,14 +34,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deploy.micro_mixture import write_named_harnesses
-from deploy.tiny_model import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
+from training.micro.mixture import write_named_harnesses
+from training.micro.vocab import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
 FAMILIES = ("code_refactor", "anomaly_detection", "payroll_audit")  # the families with a show-your-work policy
 DEMO_WEIGHTS = {"code_refactor": 1.0, "anomaly_detection": 1.0, "payroll_audit": 1.0, "website_admin": 0.6}
 BUILD_RECORD = "micro_build.json"
-HARNESS_DIR = "harness_hK"  # hK of each family (deploy.micro_mixture.named_harness), for --harness
+HARNESS_DIR = "harness_hK"  # hK of each family (training.micro.mixture.named_harness), for --harness
 COPY_FORMED_LOSS = 0.3  # copy-phase loss (last 10% of steps) under which the copying circuit formed: formed
 # phases end near 0.03, unformed ones plateau near 1.1 (docs/students.md, the fifth build)
 
@@ -63,13 +63,13 @@ class MicroSpec(BaseModel):
         default="paste", description="anomaly_detection's show-your-work program (tasks/anomaly_detection/"
                                      "show_work.py): the parameter file pasted, or each range as a VALUES row")
     show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
-                                                      "(deploy/micro_policies.py) instead of the flawed policy")
+                                                      "(training/micro/policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
     p_h0: float = Field(default=0.25, ge=0, le=1, description="share of demonstrations under h0")
     p_hk: float = Field(default=0.25, ge=0, le=1, description="share under hK (h0 + every knowledge item)")
     only_successful: bool = Field(default=False, description="keep only demonstrations that scored 1.0")
     copy_examples: int = Field(default=800, ge=0, description="packed synthetic copy sequences shuffled in with the "
-                                                            "demonstrations (deploy/micro_curriculum.py)")
+                                                            "demonstrations (training/micro/curriculum.py)")
     copy_tokens: int = Field(default=1024, gt=0, description="length of one packed copy sequence (tokens)")
     copy_phase_steps: int = Field(default=2500, ge=0, description="steps of the copy phase before the demonstrations "
                                                                "(batches of short copy sequences; 0: none)")
@@ -80,9 +80,9 @@ class MicroSpec(BaseModel):
         default=None, gt=0, description="stop the copy phase once its mean loss over 100 steps is below this "
                                         "(copy_phase_steps is then the maximum); None in every committed M0")
     rename_copies: int = Field(default=2, ge=0, description="copies of each show-your-work rename demonstration "
-                                                            "with fresh random names (deploy/micro_augment.py)")
+                                                            "with fresh random names (training/micro/augment.py)")
     sku_copies: int = Field(default=0, ge=0, description="copies of each website_admin show-your-work demonstration "
-                                                        "with a fresh random SKU (deploy/micro_augment.py)")
+                                                        "with a fresh random SKU (training/micro/augment.py)")
     vocab_size: int = Field(default=4096, ge=600)
     hidden_size: int = 192
     intermediate_size: int = 512
@@ -99,7 +99,7 @@ def _indices(spec: MicroSpec, family: str) -> list[int]:
     """The pretrain indices a family is demonstrated on: the first n (n = demos_per_family x weight), or, for a
     family in `show_work_only`, the first n that its show-your-work policy covers."""
     import tasks
-    from deploy.micro_policies import has_policy
+    from training.micro.policies import has_policy
 
     n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
     if family not in spec.show_work_only:
@@ -116,8 +116,8 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
     import tasks
     from agents.client import ModelRole
     from agents.rollout import run_episode
-    from deploy.micro_mixture import draw
-    from deploy.micro_policies import ShowWorkClient, has_policy
+    from training.micro.mixture import draw
+    from training.micro.policies import ShowWorkClient, has_policy
 
     sem = asyncio.Semaphore(concurrency)
 
@@ -168,7 +168,7 @@ def demonstrations(spec: MicroSpec, progress: bool = True) -> list[tuple[str, An
 
 def _renamed(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, Any]]:
     """`spec.rename_copies` random-name copies of every show-your-work rename demonstration (seeded)."""
-    from deploy.micro_augment import renamed_copies
+    from training.micro.augment import renamed_copies
     from tasks.code_refactor.show_work import rename_request
 
     rng, out = random.Random(f"rename:{spec.seed}"), []
@@ -181,7 +181,7 @@ def _renamed(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, A
 
 def _reskued(pairs: list[tuple[str, Any]], spec: MicroSpec) -> list[tuple[str, Any]]:
     """`spec.sku_copies` fresh-SKU copies of every website_admin show-your-work demonstration (seeded)."""
-    from deploy.micro_augment import resku_copies
+    from training.micro.augment import resku_copies
     from tasks.website_admin.show_work import sku_of
 
     rng, out = random.Random(f"sku:{spec.seed}"), []
@@ -295,7 +295,7 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     """Build M0 into `out` (see the module docstring). `work_dir` holds the training checkpoint (resumable)."""
     from training.config import LengthRule
     from training.dataset import build_dataset
-    from deploy.micro_curriculum import copy_examples
+    from training.micro.curriculum import copy_examples
     from training.pretrain import pretrain
 
     out = Path(out)
@@ -328,7 +328,7 @@ def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progres
     """Train the copy phase (if any) into `model`; a finished phase is loaded from `work`, not run again."""
     import torch
 
-    from deploy.micro_curriculum import copy_batches
+    from training.micro.curriculum import copy_batches
     from training.pretrain import pretrain
 
     if not spec.copy_phase_steps:
