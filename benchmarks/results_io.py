@@ -1,10 +1,12 @@
 """Where the benchmarks keep their raw results: `benchmarks/results/<name>-<YYYY-MM-DD>.json`.
 
-Each file is one JSON object, `{"benchmark", "date", "machine", "args", "results"}`: the script's name, the
-local date and time of the run, the machine (`machine()`), the command-line arguments and what the script
-measured (whatever it also prints as JSON). A rerun the same day overwrites that day's file, unless that file
-was not written by `save_results` for the same benchmark (a hand-named or older-layout file, e.g. evidence
-cited by the docs): then the record goes to the first free `<name>-<YYYY-MM-DD>-<n>.json` instead.
+Each file is one JSON object, `{"benchmark", "date", "commit", "machine", "args", "results"}`: the script's name,
+the local date and time of the run, the code it ran (`commit()`: the short HEAD hash, "-dirty" when the working
+tree had changes), the machine (`machine()`), the command-line arguments and what the script measured (whatever
+it also prints as JSON). A rerun the same day overwrites that day's file, unless that file was not written by
+`save_results` for the same benchmark (a hand-named or older-layout file, e.g. evidence cited by the docs): then
+the record goes to the first free `<name>-<YYYY-MM-DD>-<n>.json` instead. `results_index.py` renders one row per
+file into benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,24 @@ def machine() -> dict[str, Any]:
     """The host the benchmark ran on: name, CPU count, Python version, platform and the load average."""
     return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "load_avg": os.getloadavg()}
+
+
+def git(*args: str) -> str | None:
+    """`git ARGS` run in the repository: its stripped stdout, or None when git is missing or fails."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip()
+
+
+def commit() -> str:
+    """The code a benchmark runs: `git rev-parse --short HEAD`, plus "-dirty" when `git status --porcelain` lists
+    anything (changed or untracked files); "not recorded" when git is missing or fails (no repository)."""
+    head, status = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain")
+    if not head or status is None:
+        return "not recorded"
+    return head + ("-dirty" if status else "")
 
 
 def _plain(value: Any) -> Any:
@@ -46,14 +67,16 @@ def _ours(path: Path, name: str) -> bool:
 
 
 def save_results(name: str, payload: dict | list, args: argparse.Namespace | None = None) -> Path:
-    """Write `payload` with the date, the machine and `args` to `benchmarks/results/<name>-<date>.json`.
+    """Write `payload` with the date, the commit (`commit()`), the machine and `args` to
+    `benchmarks/results/<name>-<date>.json`.
 
     Creates the folder; overwrites that day's file when an earlier run of the same benchmark wrote it, and
     otherwise (a file of another layout under that name) writes `<name>-<date>-<n>.json` with the first free
     n >= 2. Values JSON cannot hold are written as their `str()`. Returns the path written.
     """
     now = dt.datetime.now()
-    record = {"benchmark": name, "date": now.isoformat(timespec="seconds"), "machine": machine(),
+    record = {"benchmark": name, "date": now.isoformat(timespec="seconds"), "commit": commit(),
+              "machine": machine(),
               "args": {k: _plain(v) for k, v in vars(args).items()} if args is not None else {},
               "results": payload}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

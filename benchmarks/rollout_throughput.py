@@ -47,7 +47,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import httpx  # noqa: E402
 
-from results_io import machine  # noqa: E402  (benchmarks/ is sys.path[0] when a script here runs)
+from results_io import commit, machine  # noqa: E402  (benchmarks/ is sys.path[0] when a script here runs)
 
 REALISTIC_FAMILIES = ("stock_alert", "payroll_audit", "budget_approval", "anomaly_detection")
 # Sampled, not greedy: greedy decoding makes the random tiny model loop on one token until max_tokens.
@@ -315,7 +315,7 @@ def main() -> None:
         print(json.dumps(report))
         out = REPO / "benchmarks" / "results" / f"rollout_throughput-{time.strftime('%Y-%m-%d')}-{args.workload}-{args.transport}{'-shared' if args.shared_cpus else ''}{'-micro' if args.student == 'micro' else ''}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({**report, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
+        out.write_text(json.dumps({**report, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit(), "machine": machine(),
                                    "raw": rows}, indent=1))
         print(f"raw results: {out.relative_to(REPO)}")
     finally:

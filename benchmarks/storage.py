@@ -56,6 +56,9 @@ from agents.token_ids import encode_prompt, next_base  # noqa: E402
 from agents.trajectory_table import read_trajectories, to_frame, to_turn_frame, turns_path, write_trajectories  # noqa: E402
 from harness import ContextPolicy, Harness, baseline  # noqa: E402
 
+sys.path.append(str(REPO / "benchmarks"))
+from results_io import commit  # noqa: E402
+
 V1_SCHEMA = {  # the version-1 table (agents/trajectory_table.py before schema_version 2)
     "id": pl.String(), "instance_id": pl.String(), "family": pl.String(), "split": pl.String(),
     "difficulty": pl.String(), "harness_id": pl.String(), "model_id": pl.String(), "seed": pl.Int64(),
@@ -217,7 +220,7 @@ def main() -> None:
                   f"load {r['load_ms_per_trajectory_v1_json_only']} ms (json only) -> {r['load_ms_per_trajectory_v2']} ms | "
                   f"memory {r['loaded_python_bytes_per_trajectory_v1'] / 1e6:.2f} -> "
                   f"{r['loaded_python_bytes_per_trajectory_v2'] / 1e6:.2f} MB per trajectory")
-    record = {"benchmark": "storage", "date": dt.date.today().isoformat(), "machine": platform.platform(),
+    record = {"benchmark": "storage", "date": dt.date.today().isoformat(), "commit": commit(), "machine": platform.platform(),
               "cpus": os.cpu_count(), "python": platform.python_version(), "polars": pl.__version__,
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "results": results}
     args.out.mkdir(parents=True, exist_ok=True)
