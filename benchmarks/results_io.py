@@ -3,9 +3,9 @@
 Each file is one JSON object, `{"benchmark", "date", "commit", "machine", "args", "results"}`: the script's name,
 the local date and time of the run, the code it ran (`commit()`: the short HEAD hash, "-dirty" when the working
 tree had changes), the machine (`machine()`), the command-line arguments and what the script measured (whatever
-it also prints as JSON). A rerun the same day overwrites that day's file, unless that file was not written by
-`save_results` for the same benchmark (a hand-named or older-layout file, e.g. evidence cited by the docs): then
-the record goes to the first free `<name>-<YYYY-MM-DD>-<n>.json` instead. `results_index.py` renders one row per
+it also prints as JSON). A rerun the same day overwrites that day's file only when an earlier run of the same
+benchmark wrote it and it is not committed to git; a committed file (evidence the docs cite) or one of another
+layout is kept, and the record goes to the first free `<name>-<YYYY-MM-DD>-<n>.json` instead. `results_index.py` renders one row per
 file into benchmarks/README.md.
 """
 
@@ -57,8 +57,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def committed(path: Path) -> bool:
+    """Whether git tracks `path` (False without git or outside the repository)."""
+    return git("ls-files", "--error-unmatch", str(path)) is not None
+
+
 def _ours(path: Path, name: str) -> bool:
-    """Whether `path` is a record `save_results` wrote for benchmark `name` (so it may be overwritten)."""
+    """Whether `path` is an uncommitted record `save_results` wrote for benchmark `name` (so it may be overwritten)."""
+    if committed(path):
+        return False
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -70,9 +77,9 @@ def save_results(name: str, payload: dict | list, args: argparse.Namespace | Non
     """Write `payload` with the date, the commit (`commit()`), the machine and `args` to
     `benchmarks/results/<name>-<date>.json`.
 
-    Creates the folder; overwrites that day's file when an earlier run of the same benchmark wrote it, and
-    otherwise (a file of another layout under that name) writes `<name>-<date>-<n>.json` with the first free
-    n >= 2. Values JSON cannot hold are written as their `str()`. Returns the path written.
+    Creates the folder; overwrites that day's file when an earlier run of the same benchmark wrote it and git does
+    not track it, and otherwise (a committed file, or one of another layout under that name) writes
+    `<name>-<date>-<n>.json` with the first free n >= 2. Values JSON cannot hold are written as their `str()`. Returns the path written.
     """
     now = dt.datetime.now()
     record = {"benchmark": name, "date": now.isoformat(timespec="seconds"), "commit": commit(),

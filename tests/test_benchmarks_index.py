@@ -64,3 +64,33 @@ def test_commit_without_git_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(subprocess, "run", no_git)
     assert results_io.commit() == "not recorded"
+
+
+def test_save_results_never_overwrites_a_committed_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerun the same day once overwrote the committed decode_limit evidence; a committed file is now kept."""
+    committed = sorted(p for p in results_io.RESULTS_DIR.glob("*.json") if results_io.committed(p))
+    if not committed:
+        pytest.skip("no git checkout: nothing here is committed")
+    import datetime as dt
+
+    day = dt.date(2026, 12, 4)
+
+    class Today(dt.datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> "Today":
+            return cls(day.year, day.month, day.day, 12, 0, 0)
+
+    name = "decode_limit"
+    target = results_io.RESULTS_DIR / f"{name}-{day.isoformat()}.json"
+    assert results_io.committed(target)
+    before = target.read_bytes()
+    monkeypatch.setattr(results_io.dt, "datetime", Today)
+    path = results_io.save_results(name, {"probe": True})
+    try:
+        assert path != target and path.name.startswith(f"{name}-{day.isoformat()}-")
+        assert target.read_bytes() == before
+        # an uncommitted record of the same benchmark is ours to overwrite
+        again = results_io.save_results(name, {"probe": 2})
+        assert again == path and json.loads(again.read_text())["results"] == {"probe": 2}
+    finally:
+        path.unlink(missing_ok=True)
