@@ -301,6 +301,30 @@ def test_next_round_serves_the_merged_student_and_starts_from_h_star(tmp_path: P
         next_round(RoundContext(config=unmanaged, store=ctx.store, base=REPO, state=state), run)
 
 
+def test_a_round_that_changed_nothing_is_not_run_again(tmp_path: Path) -> None:
+    """Not promoted and no edit accepted: round t+1 would start where round t did, with the same seeds."""
+    from flows.config import load_config
+    from flows.round.context import RoundContext, round_store
+    from flows.round.next import first_state, repeats
+
+    config = load_config(REPO / "deploy/configs/local.yaml")
+    run = RunStore(tmp_path / "runs", "r-repeat")
+    state, cfg = first_state(config, run, REPO)
+    ctx = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
+    families = {f: {"accepted_edits": []} for f in cfg.family_names()}
+    ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": families}})
+    no_gain = "NOT PROMOTED: no gain (validation 0.267 vs 0.267)"
+    ctx.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": "", "reason": no_gain}})
+    why = repeats(ctx)
+    assert why is not None and "round 1 would run the same jobs" in why and no_gain in why
+    edited = {**families, "payroll_audit": {"accepted_edits": [{"op": "insert_section"}]}}
+    ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": edited}})
+    assert repeats(ctx) is None  # a new harness: round 1 searches from it
+    ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": families}})
+    ctx.store.mark_done("round", "gate", {"output": {"promoted": True, "merged_dir": "m", "reason": "PROMOTED"}})
+    assert repeats(ctx) is None  # a new student
+
+
 def test_merge_adapter_gives_the_same_logits_as_base_plus_adapter(tmp_path: Path, tiny_model_dir: Path) -> None:
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model

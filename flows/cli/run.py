@@ -70,7 +70,8 @@ def _resolve_config(config: Optional[Path], resume: Optional[str], runs_dir: Opt
 def run(
     config: Annotated[Optional[Path], typer.Option(help="Run config YAML (deploy/configs/local.yaml is the default job).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Finish this run: finished stages and rollouts are loaded, not re-run.")] = None,
-    rounds: Annotated[int, typer.Option(min=1, help="Co-evolution rounds (a config with `round:`).")] = 1,
+    rounds: Annotated[int, typer.Option(min=1, help="Co-evolution rounds (a config with `round:`); the run ends early "
+                                        "after a round that changed neither the student nor the harness.")] = 1,
     from_stage: Annotated[Optional[str], typer.Option(help="With --resume: recompute this round stage and every later "
                                                           "one (their outputs are moved aside).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the planned stages, rollouts, model calls, LoRA runs and an "
@@ -163,8 +164,9 @@ def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[s
         console.print(f"round {r.t} ({r.student}): {r.decision}", markup=False, highlight=False)
         console.print(f"  report: {r.report_path}", markup=False, highlight=False)
     console.print(f"run directory: {result.run_dir}; API spent ${result.spent_usd:.2f}")
-    if result.status == "budget_spent":
+    if result.message:
         console.print(result.message, markup=False, highlight=False)
+    if result.status == "budget_spent":
         raise typer.Exit(3)
 
 

@@ -34,7 +34,7 @@ from flows.round.budget import BudgetSpent, spent_usd
 from flows.round.context import RoundContext, RoundState, round_store
 from flows.round.config import STAGES
 from flows.round.lock import RunLock
-from flows.round.next import first_state, next_round
+from flows.round.next import first_state, next_round, repeats
 from flows.round.runner import StageRunner
 from flows.store import RunStore, new_run_id
 
@@ -56,7 +56,8 @@ class RunResult(BaseModel):
     run_id: str
     run_dir: str
     status: str = Field(description="'done' or 'budget_spent' (resumable).")
-    message: str = ""
+    message: str = Field(default="", description="Why the run ended early: the budget, or a round that would repeat "
+                         "the previous one (flows/round/next.py `repeats`).")
     rounds: list[RoundResult]
     spent_usd: float
 
@@ -132,6 +133,7 @@ def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: st
 
     owns_ray = _start_ray(config)
     results: list[RoundResult] = []
+    message = ""
     state, cfg = first_state(config, run, base)
     total = rounds * len(STAGES)
     pid = create_progress_artifact(progress=0.0, key=slug("round-progress", run.run_id),
@@ -147,8 +149,13 @@ def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: st
             results.append(res)
             run.mark_done("rounds", f"r{state.t}", res.model_dump(mode="json"))
             if k + 1 < rounds:
+                why = repeats(ctx)
+                if why is not None:
+                    message = f"{why} ({k + 1} of {rounds} rounds run)"
+                    get_run_logger().warning(message)
+                    break
                 state, cfg = next_round(ctx, run)
-        status, message = "done", ""
+        status = "done"
     except BudgetSpent as e:
         status, message = "budget_spent", str(e)
     finally:

@@ -2,6 +2,9 @@
 
 Promoted: M_{t+1} is the merged model `student-r{t+1}`, served by the student's server (restarted on the merged
 weights, under that name), and its search starts from h*_t. Not promoted: M_t again, also from h*_t.
+
+Not promoted and no edit accepted in any family (h*_t = the harness round t started from): round t+1 would start
+where round t started and, with the same seeds, run the same jobs again. `repeats` says so, and the run stops there.
 """
 
 from __future__ import annotations
@@ -20,6 +23,17 @@ def first_state(config: RunConfig, run: RunStore, base: Path) -> tuple[RoundStat
     state = RoundState(t=r.index, student_model=config.models[r.student].model,
                        student_weights=str((base / r.student_weights).resolve()), start_harness=start)
     return state, config
+
+
+def repeats(ctx: RoundContext) -> str | None:
+    """Why round t+1 would repeat round t (not promoted, no accepted edit in any family), or None when it would not."""
+    done = ctx.store.done("round")
+    gate, evolve = done["gate"]["output"], done["evolve"]["output"]
+    if gate["promoted"] or any(f["accepted_edits"] for f in evolve["families"].values()):
+        return None
+    return (f"round {ctx.t} changed neither the student (not promoted: {gate['reason']}) nor the harness (no edit "
+            f"accepted in any family): round {ctx.t + 1} would run the same jobs with the same seeds, so the run stops "
+            f"after round {ctx.t}")
 
 
 def next_round(ctx: RoundContext, run: RunStore) -> tuple[RoundState, RunConfig]:
