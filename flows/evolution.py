@@ -32,7 +32,7 @@ from agents.records import ModelRole, ToolChoice
 from agents.jobs import Limits
 from analysis.curves import step_curves
 from analysis.stats import PairedDiff, paired_bootstrap
-from flows.evolution_pool import ModelCompletion, PoolEvaluator
+from flows.evolution_pool import ModelCompletion, PoolEvaluator, search_stage
 from flows.progress import Progress, run_emitter
 from flows.store import RunStore
 from harness import Harness, baseline
@@ -198,7 +198,7 @@ def run_evolution(settings: EvolveSettings, store: RunStore, repo_root: Path, po
     fam = settings.family
     train = items_for(tasks.instances(fam, "train", settings.train_instances), range(settings.train_seeds))
     val = items_for(tasks.instances(fam, "val", settings.val_instances), range(settings.val_seeds))
-    inner = PoolEvaluator(pool, settings.student_role(), settings.limits, store, f"evolve/{fam}", settings.tool_choice)
+    inner = PoolEvaluator(pool, settings.student_role(), settings.limits, store, search_stage(fam), settings.tool_choice)
     evaluator = CachedEvaluator(inner, ResultCache(out / "cache.jsonl"))
     role = settings.reflector_model_role()
     reflector = make_reflector(settings.reflector, fam, ModelCompletion(role) if role else None,

@@ -32,6 +32,21 @@ EVOLVE_TAG = "evolve"
 STRUCTURED_PROVIDERS = ("hosted_vllm", "openai")
 
 
+def search_stage(family: str) -> str:
+    """Where a round's harness search for `family` stores its rollouts (one trajectory per `search_key`)."""
+    return f"evolve/{family}"
+
+
+def search_signature(role: ModelRole, limits: Limits, tool_choice: ToolChoice | None, tag: str = EVOLVE_TAG) -> str:
+    """What about an evaluator changes its rollouts: the tag, the model and its sampling, the limits, the tool choice."""
+    return content_key(tag, model_signature(role), limits.model_dump(), tool_choice)
+
+
+def search_key(job: RolloutJob) -> str:
+    """The key under which the search's evaluator stores `job`'s rollout, had the search run that job."""
+    return cache_key(job.harness.id, job.instance.id, job.seed, search_signature(job.model, job.limits, job.tool_choice))
+
+
 def result_from_trajectory(traj: Trajectory, key: str) -> RolloutResult:
     """The evidence a reflector reads, from one trajectory (its view without simulation ground truth)."""
     t = traj.view()
@@ -59,7 +74,7 @@ class PoolEvaluator:
         self.pool, self.role, self.limits, self.store, self.stage = pool, role, limits, store, stage
         self.tool_choice, self.tag = tool_choice, tag
         self.rollouts = 0
-        self._signature = content_key(tag, model_signature(role), limits.model_dump(), tool_choice)
+        self._signature = search_signature(role, limits, tool_choice, tag)
 
     @property
     def signature(self) -> str:

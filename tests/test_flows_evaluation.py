@@ -291,3 +291,40 @@ async def test_a_rollout_an_earlier_stage_of_the_round_ran_is_copied_not_rerun(t
     assert store.read_chunks("eval/M_t.hstar", [c.key for c in chunks["M_t.hstar"]]) == \
         store.read_chunks("eval/M_t.h0", [c.key for c in chunks["M_t.h0"]])
     assert reuse_earlier(store, chunks["M_t.hstar"]) == 0  # nothing left to copy
+
+
+def test_the_gates_validation_rollouts_the_search_ran_are_copied_not_rerun(tmp_path: Path, ray_local: None) -> None:
+    """The search evaluated h on the first validation instances (seed 0); the gate's M_t-on-h* pair plans the same
+    jobs under its own tag: they are copied from the search's store, with the gate's job key and tag."""
+    from agents.jobs import Limits
+    from agents.pool import RolloutPool
+    from agents.records import ModelRole
+    from flows.evolution_pool import PoolEvaluator, search_stage
+    from flows.plan import RolloutSpec, plan
+    from flows.round.eval import per_rollout, reuse_search
+    from flows.store import RunStore
+    from harness import baseline
+    from harness.evolution.protocols import items_for
+    import tasks
+
+    family, limits = "stock_alert", Limits(max_turns=40, wall_s=120)
+    store = RunStore(tmp_path, "r0")
+    role = ModelRole(model="oracle/{family}")
+    search_role = role.model_copy(update={"model": f"oracle/{family}"})  # the search formats its role per family
+    with RolloutPool(1) as pool:
+        PoolEvaluator(pool, search_role, limits, store, search_stage(family))(
+            baseline(family), items_for(tasks.instances(family, "val", 2), range(1)))
+    gate = per_rollout(plan(RolloutSpec(name="val.M_t.hstar", model=role, families=[family], split="val",
+                                        n_instances=2, seeds=1, limits=limits, tag="gate",
+                                        stage="eval/val.M_t.hstar"), tmp_path))
+    other_seed = per_rollout(plan(RolloutSpec(name="val.M_t.s1", model=role, families=[family], split="val",
+                                              n_instances=2, seeds=2, limits=limits, tag="gate",
+                                              stage="eval/val.M_t.s1"), tmp_path))
+    assert reuse_search(store, gate) == 2
+    copied = store.read_chunks("eval/val.M_t.hstar", [c.key for c in gate])
+    assert [(t.id, t.tag, t.instance.id, t.seed) for t in copied] == \
+        [(c.jobs[0].key, "gate", c.jobs[0].instance.id, 0) for c in gate]
+    assert all(t.verdict.passed for t in copied)  # the oracle's real rollouts, not placeholders
+    assert reuse_search(store, gate) == 0  # nothing left to copy
+    # seed 1 was never run by the search: only the seed-0 jobs are found
+    assert reuse_search(store, other_seed) == 2 and sum(store.has(c.stage, c.key) for c in other_seed) == 2

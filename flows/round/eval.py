@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import Trajectory
 from flows.evaluation.flow import CollectSummary, _retry_transient, run_chunks
+from flows.evolution_pool import search_key, search_stage
 from flows.plan import Chunk, RolloutSpec, plan
 from flows.round.context import PairPlan, RoundContext
 from flows.store import RunStore, content_key
@@ -78,6 +79,10 @@ def evaluate_pairs(ctx: RoundContext, pairs: list[PairPlan], split: Split, n_ins
     if reused:
         get_run_logger().info("%s: %d rollout(s) reused from earlier stages of this round (same job key)", label,
                               reused)
+    from_search = reuse_search(ctx.store, list(primary.values()))
+    if from_search:
+        get_run_logger().info("%s: %d rollout(s) reused from this round's harness search (same instance, harness, "
+                              "model and sampling, seed, limits)", label, from_search)
     summary = collect(ctx.config, str(ctx.store.root.parent), ctx.store.run_id, list(primary.values()), label)
     _copy_shared(ctx.store, planned, primary)
     out = {}
@@ -108,6 +113,25 @@ def reuse_earlier(store: RunStore, chunks: list[Chunk]) -> int:
         if src is not None:
             store.write_trajectories(c.stage, c.key, store.read_chunks(src, [c.key]), harnesses=[c.jobs[0].harness])
             copied += len(c.jobs)
+    return copied
+
+
+def reuse_search(store: RunStore, chunks: list[Chunk]) -> int:
+    """Copy into place every one-rollout chunk not yet stored whose rollout the round's harness search already ran
+    (`flows.evolution_pool.search_key`: the same instance, harness, model and sampling, seed, limits and tool
+    choice; e.g. the gate's M_t on h* on the validation split, which the search evaluated h* on). The copy takes
+    the chunk's job key and tag. Returns how many rollouts were copied."""
+    copied = 0
+    for c in chunks:
+        if len(c.jobs) != 1 or c.jobs[0].prefix is not None or store.has(c.stage, c.key):
+            continue
+        job = c.jobs[0]
+        src, key = search_stage(job.instance.family), search_key(job)
+        if store.has(src, key):
+            (traj,) = store.read_chunks(src, [key])
+            store.write_trajectories(c.stage, c.key, [traj.model_copy(update={"id": job.key, "tag": job.tag})],
+                                     harnesses=[job.harness])
+            copied += 1
     return copied
 
 
