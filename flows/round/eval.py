@@ -116,22 +116,29 @@ def reuse_earlier(store: RunStore, chunks: list[Chunk]) -> int:
     return copied
 
 
+INFRA_FAILURES = ("model_error", "error")  # stop reasons of a rollout the model never answered (not reused)
+
+
 def reuse_search(store: RunStore, chunks: list[Chunk]) -> int:
     """Copy into place every one-rollout chunk not yet stored whose rollout the round's harness search already ran
     (`flows.evolution_pool.search_key`: the same instance, harness, model and sampling, seed, limits and tool
     choice; e.g. the gate's M_t on h* on the validation split, which the search evaluated h* on). The copy takes
-    the chunk's job key and tag. Returns how many rollouts were copied."""
+    the chunk's job key and tag; a rollout lost to the infrastructure (`INFRA_FAILURES`) is run again instead.
+    Returns how many rollouts were copied."""
     copied = 0
     for c in chunks:
         if len(c.jobs) != 1 or c.jobs[0].prefix is not None or store.has(c.stage, c.key):
             continue
         job = c.jobs[0]
         src, key = search_stage(job.instance.family), search_key(job)
-        if store.has(src, key):
-            (traj,) = store.read_chunks(src, [key])
-            store.write_trajectories(c.stage, c.key, [traj.model_copy(update={"id": job.key, "tag": job.tag})],
-                                     harnesses=[job.harness])
-            copied += 1
+        if not store.has(src, key):
+            continue
+        (traj,) = store.read_chunks(src, [key])
+        if traj.stop_reason in INFRA_FAILURES:  # lost to the infrastructure: run it again rather than copy the loss
+            continue
+        store.write_trajectories(c.stage, c.key, [traj.model_copy(update={"id": job.key, "tag": job.tag})],
+                                 harnesses=[job.harness])
+        copied += 1
     return copied
 
 
