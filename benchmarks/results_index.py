@@ -319,14 +319,13 @@ def main(argv: list[str] | None = None) -> int:
             print(problem, file=sys.stderr)
             return 1
         return 0
-    if args.write:
-        update_added_map()
-    table = render(rows())
-    if args.write:
-        README.write_text(splice(README.read_text(), table))
-        print(f"wrote {len(table.splitlines()) - 2} rows to {README.relative_to(REPO)}")
+    if not args.write:
+        print(render(rows()), end="")
         return 0
-    print(table, end="")
+    update_added_map()
+    table = render(rows())
+    README.write_text(splice(README.read_text(), table))
+    print(f"wrote {len(table.splitlines()) - 2} rows to {README.relative_to(REPO)}")
     return 0
 
 
