@@ -2,7 +2,7 @@
 
 Roles are `ModelRole`s: `hosted_vllm/<name>` at an `api_base` (our vLLM servers, LoRA adapters included
 under their versioned names), `oracle/<family>` (the task's reference policy behind LiteLLM's custom
-provider interface, registered on first use by agents/providers.py), or any hosted provider string.
+provider interface, registered on first use by agents/providers/registry.py), or any hosted provider string.
 
 Keys: a role names where its key lives (`api_key_env`, or a Prefect Secret block `api_key_secret`), never the
 key itself; the client reads it at call time, so configs, run stores and Prefect parameters never hold one.
@@ -29,7 +29,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetc
 import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.providers import OWN_PROVIDERS, register_own_providers
+from agents.providers.registry import OWN_PROVIDERS, register_own_providers
 from agents.records import InjectedFault, ModelRole, ToolChoice, parse_tool_calls
 from agents.redact import redact, remember
 from agents.vllm_http import BadRequestHTTPError, TransientHTTPError, Transport, logprobs_of, post_chat, transport_from_env

@@ -1,6 +1,6 @@
 """Evaluation statistics on trajectory tables: the paper's mean ± SEM over seeds, pass^k, paired bootstrap.
 
-Every function takes a polars frame in the trajectory-table layout (`agents/trajectory_table.py`) plus a
+Every function takes a polars frame in the trajectory-table layout (`agents/tables/trajectories.py`) plus a
 group column (default `pair`, the label of a (model, harness) pair that the caller adds). Numbers are
 computed from the rows, never typed in.
 

@@ -103,7 +103,7 @@ async def main(args: argparse.Namespace) -> None:
         except ImportError:  # a runtime from before the shared browser: one Chromium per environment
             print("this runtime has no shared browser: --keep-browser ignored")
         else:
-            keep_browser_alive()  # as a rollout actor does (agents/pool_actor.py)
+            keep_browser_alive()  # as a rollout actor does (agents/pool/actor.py)
     results: list[dict[str, Any]] = []
     first = True
     for _ in range(args.repeats):

@@ -68,7 +68,7 @@ def variant_config(base: dict[str, Any], name: str, overrides: dict[str, Any], r
             server["port"] = port
     r = cfg["round"]
     r["arms"] = ["corr"]
-    r.setdefault("lora", {})["seeds"] = 1
+    cfg.setdefault("lora", {})["seeds"] = 1
     r.setdefault("correction", {}).update(overrides)
     path = runs_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

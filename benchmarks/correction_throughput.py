@@ -65,7 +65,7 @@ def one_arm(name: str, trajs: list[Trajectory], config: CorrectionConfig, args: 
     harnesses = {baseline(f).id: baseline(f) for f in args.family}
     t0 = time.perf_counter()
     if name == "ray-pool":
-        from agents.pool import RolloutPool
+        from agents.pool.driver import RolloutPool
 
         with RolloutPool(args.actors, num_cpus=2, concurrency_per_server=8) as pool, \
                 ThreadPoolExecutor(args.concurrency) as threads:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import ray
 
-from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
+from agents.pool.driver import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
-from agents.trajectory_table import read_trajectories
+from agents.tables.trajectories import read_trajectories
 from analysis.triggers import trigger_rates, use_patterns_of
 from flows.evolution import EvolveSettings, TransferSettings, run_evolution
 from flows.store import RunStore

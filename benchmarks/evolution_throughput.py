@@ -118,7 +118,7 @@ def main() -> None:
     import ray
 
     import tasks
-    from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutJob, RolloutPool
+    from agents.pool.driver import LOCAL_RAY_SYSTEM_CONFIG, RolloutJob, RolloutPool
     from agents.records import ModelRole
     from agents.rollout import Limits
     from deploy.vllm_server import stop_server

@@ -18,7 +18,7 @@ import itertools
 from pathlib import Path
 
 from agents.records import Trajectory
-from agents.trajectory_table import read_trajectories
+from agents.tables.trajectories import read_trajectories
 from analysis.fit import FitConfig, fit_alarm
 from results_io import REPO, save_results  # benchmarks/ is sys.path[0] when this script runs
 

@@ -209,7 +209,7 @@ def main() -> None:
 
     import harness
     import tasks
-    from agents.pool import RolloutJob, RolloutPool
+    from agents.pool.driver import RolloutJob, RolloutPool
     from agents.records import ModelRole
     from agents.rollout import Limits
     from deploy.vllm_server import stop_server

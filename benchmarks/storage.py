@@ -13,7 +13,7 @@ Two harnesses: the baseline (the whole history every turn) and the baseline with
 (`keep_last_turns=4`, so prompts are rewritten every turn once the window is full).
 
 Version 1 is rebuilt from the same trajectories exactly as its writer stored them (the previous
-`agents/trajectory_table.py`: 21 columns, `record_json` = the trajectory JSON with `prompt_token_ids` per
+`agents/tables/trajectories.py`: 21 columns, `record_json` = the trajectory JSON with `prompt_token_ids` per
 turn). Version 2 is `write_trajectories` today. Both files hold all trajectories of a run of the benchmark,
 like one evaluation chunk. The oracle has no logprobs: version 2 is measured without them (the same
 information as version 1) and with one float64 per completion token added (seeded random values, as
@@ -53,13 +53,13 @@ from agents.jobs import Limits  # noqa: E402
 from agents.records import ModelRole, Trajectory  # noqa: E402
 from agents.rollout import run_episode  # noqa: E402
 from agents.token_ids import encode_prompt, next_base  # noqa: E402
-from agents.trajectory_table import read_trajectories, to_frame, to_turn_frame, turns_path, write_trajectories  # noqa: E402
+from agents.tables.trajectories import read_trajectories, to_frame, to_turn_frame, turns_path, write_trajectories  # noqa: E402
 from harness import ContextPolicy, Harness, baseline  # noqa: E402
 
 sys.path.append(str(REPO / "benchmarks"))
 from results_io import commit  # noqa: E402
 
-V1_SCHEMA = {  # the version-1 table (agents/trajectory_table.py before schema_version 2)
+V1_SCHEMA = {  # the version-1 table (agents/tables/trajectories.py before schema_version 2)
     "id": pl.String(), "instance_id": pl.String(), "family": pl.String(), "split": pl.String(),
     "difficulty": pl.String(), "harness_id": pl.String(), "model_id": pl.String(), "seed": pl.Int64(),
     "tag": pl.String(), "stop_reason": pl.String(), "score": pl.Float64(), "passed": pl.Boolean(),

@@ -150,7 +150,7 @@ CARD_FILE = "card.json"
 
 def write_imitation_set(built: ImitationSet, out_dir: str | Path) -> Path:
     """out_dir/imitation.parquet (+ its turn table; what `coevo train --data out_dir` reads) and card.json (last)."""
-    from agents.trajectory_table import write_trajectories
+    from agents.tables.trajectories import write_trajectories
 
     out = Path(out_dir)
     write_trajectories(out / ROWS_FILE, built.trajectories)

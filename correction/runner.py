@@ -23,7 +23,7 @@ from agents.budget import SpendCap
 from agents.jobs import RolloutJob
 from agents.records import Trajectory
 from agents.rollout import run_episode
-from agents.trajectory_table import read_trajectories, write_trajectories
+from agents.tables.trajectories import read_trajectories, write_trajectories
 
 RolloutFn = Callable[[Sequence[RolloutJob]], Awaitable[list[Trajectory]]]
 

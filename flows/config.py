@@ -135,12 +135,6 @@ class TrainingConfig(BaseModel):
     base_model: str = Field(description="The role's base model directory (tokenizer + weights to train on).")
     adapter_name: str = Field(default="student@r1", pattern=r"^[A-Za-z0-9._@-]+$",
                               description="Versioned served name (one name = one adapter; bump it to retrain).")
-    lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT settings (training.config."
-                              "TrainConfig: rank, epochs, lr, seeds, ...); the defaults are the paper's recipe. "
-                              "`rank` must be at most the server's max_lora_rank; seed 0 is served.")
-    length: LengthRule = Field(default_factory=LengthRule, description="Sequence length (training.config."
-                               "LengthRule): max_len, raised to 2x when more than raise_above of the examples "
-                               "exceed it; longer examples are dropped and counted.")
     data_split: Literal["train", "pretrain"] = Field(
         default="train", description="Split the training rollouts run on (the imitation_data stage): the source "
                                      "pair's model and harness on its first data_instances; val and test are never "
@@ -196,12 +190,32 @@ class RunConfig(BaseModel):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     limits: Limits = Field(default_factory=Limits, description="Per-episode limits (agents.jobs.Limits).")
     ray: RayConfig = Field(default_factory=RayConfig)
+    lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT settings (training.config."
+                              "TrainConfig: rank, epochs, lr, seeds, ...) of whatever the run trains: the round's arms "
+                              "(`seeds` = training seeds per arm) or the `training:` section's adapter. The defaults "
+                              "are the paper's recipe; `rank` must be at most the serving server's max_lora_rank.")
+    length: LengthRule = Field(default_factory=LengthRule, description="Sequence length of the training examples "
+                               "(training.config.LengthRule): max_len, raised to 2x when more than raise_above of "
+                               "the examples exceed it; longer examples are dropped and counted.")
     training: TrainingConfig | None = Field(default=None, description="Train a LoRA adapter after the evaluation "
                                             "pairs (train_adapter stage); null = evaluation only.")
     attribution: AttributionConfig | None = Field(default=None, description="Attribute the failing rollouts "
                                                   "after evaluation (attribute stage); null = no attribution.")
     round: RoundConfig | None = Field(default=None, description="A co-evolution round (flows/round/flow.py); null = the "
                                       "evaluation flow (evaluate the pairs, optionally train one adapter).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_lora_home(cls, data: Any) -> Any:
+        """`lora:` and `length:` live at the top level only; a section that still carries them is named."""
+        if isinstance(data, dict):
+            for section in ("round", "training"):
+                sub = data.get(section)
+                for key in ("lora", "length"):
+                    if isinstance(sub, dict) and key in sub:
+                        raise ValueError(f"{section}.{key}: the training settings have one home, the top-level "
+                                         f"`{key}:`; move this block there (one level up, out of `{section}:`)")
+        return data
 
     @field_validator("families")
     @classmethod
@@ -258,11 +272,11 @@ class RunConfig(BaseModel):
             raise ValueError(f"round.student: '{r.student}' is '{role.model}'; the round trains and hot-loads "
                              "adapters, so M_t must be a hosted_vllm model with an api_base")
         spec = self.server_for(role)
-        if spec is not None and r.lora.rank > spec.max_lora_rank:
-            raise ValueError(f"round.lora.rank: {r.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
+        if spec is not None and self.lora.rank > spec.max_lora_rank:
+            raise ValueError(f"lora.rank: {self.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
                              f"'{spec.name}'")
         if self.training is not None:
-            raise ValueError("training: a round config trains its own arms (round.lora); remove `training`")
+            raise ValueError("training: a round config trains its own arms (with `lora:`); remove `training`")
 
     def _check_server_keys(self) -> None:
         """A role calling a managed server that requires a key must name the same key variable."""
@@ -305,8 +319,8 @@ class RunConfig(BaseModel):
         if t.adapter_name in {a.name for a in self.adapters}:
             raise ValueError(f"training.adapter_name: '{t.adapter_name}' is already listed under `adapters`")
         spec = self.server_for(role)
-        if spec is not None and t.lora.rank > spec.max_lora_rank:
-            raise ValueError(f"training.lora.rank: {t.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
+        if spec is not None and self.lora.rank > spec.max_lora_rank:
+            raise ValueError(f"lora.rank: {self.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
                              f"'{spec.name}'")
         name = t.adapter_pair().name
         clash = [p.name for p in self.evaluation.pairs if p.name == name and not self.is_trained_pair(p)]

@@ -120,13 +120,12 @@ def check_window(config: RunConfig, i: int, spec: Any, facts: ModelFacts, model_
     elif spec.max_model_len:
         out.append(Finding(level="ok", key=key, text=f"{spec.max_model_len} <= the model's window {facts.window} "
                                                      f"({facts.window_from}; rope scaling {facts.rope})"))
-    length = config.round.length if config.round else config.training.length if config.training else None
+    length = config.length if config.round or config.training else None
     if length is not None and length.raised_max_len > facts.window:
-        sec = "round" if config.round else "training"
-        out.append(Finding(level="refused", key=f"{sec}.length.max_len", text=(
+        out.append(Finding(level="refused", key="length.max_len", text=(
             f"{length.max_len}, raised 2x to {length.raised_max_len} when >{length.raise_above:.0%} of the "
             f"examples are longer, passes the model's window {facts.window}"),
-            fix=f"set {sec}.length.max_len <= {facts.window // 2}, or give the model rope scaling (above)"))
+            fix=f"set length.max_len <= {facts.window // 2}, or give the model rope scaling (above)"))
     return out
 
 
@@ -170,10 +169,9 @@ def check_servers(config: RunConfig, root: Path, facts: ModelFacts) -> list[Find
 
 
 def check_lora(config: RunConfig, key: str, meta: Any) -> list[Finding]:
-    lora = config.round.lora if config.round else config.training.lora if config.training else None
-    if lora is None:
+    if config.round is None and config.training is None:
         return []
-    sec = "round.lora" if config.round else "training.lora"
+    lora, sec = config.lora, "lora"
     arch = type(meta).__name__
     try:
         kinds, share, missing = lora_cover(meta, lora)

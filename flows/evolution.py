@@ -27,7 +27,7 @@ from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 import tasks
-from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
+from agents.pool.driver import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import ModelRole, ToolChoice
 from agents.jobs import Limits
 from analysis.curves import step_curves

@@ -17,7 +17,7 @@ from typing import Any
 
 from agents.client import ModelClient
 from agents.jobs import Limits, RolloutJob
-from agents.pool import RolloutPool
+from agents.pool.driver import RolloutPool
 from agents.records import ModelRole, ToolChoice, Trajectory
 from flows.plan import model_signature
 from flows.store import RunStore, content_key

@@ -205,10 +205,10 @@ def check_lora_serving(config: RunConfig, root: Path) -> tuple[list[str], list[s
     jobs = []
     if config.round is not None:
         r = config.round
-        jobs.append(("round", config.server_for(config.models[r.student]), r.student_weights, r.lora.target_experts))
+        jobs.append(("round", config.server_for(config.models[r.student]), r.student_weights, config.lora.target_experts))
     if config.training is not None:
         t = config.training
-        jobs.append(("training", config.server_for(config.models[t.role]), t.base_model, t.lora.target_experts))
+        jobs.append(("training", config.server_for(config.models[t.role]), t.base_model, config.lora.target_experts))
     errors: list[str] = []
     warnings: list[str] = []
     for key, spec, weights, experts in jobs:
@@ -220,5 +220,5 @@ def check_lora_serving(config: RunConfig, root: Path) -> tuple[list[str], list[s
                 warnings.append(f"{key}: {weights} is not on this machine; LoRA serving not checked against its "
                                 "config.json (run the dry run on the GPU host)")
             continue
-        errors += [f"{key}.lora: {p}" for p in lora_serving_problems(spec, model_layout(path), experts)]
+        errors += [f"lora: {p}" for p in lora_serving_problems(spec, model_layout(path), experts)]
     return errors, warnings

@@ -3,7 +3,7 @@
     runs/<run_id>/
       config.yaml                 the resolved config the run started from (extends merged, every default filled)
       state.json                  stage -> finished keys (human-readable; rewritten atomically)
-      trajectories/<stage>/<key>.parquet         one row per trajectory (agents/trajectory_table.py)
+      trajectories/<stage>/<key>.parquet         one row per trajectory (agents/tables/trajectories.py)
       trajectories/<stage>/<key>.turns.parquet   one row per turn, beside it
       harnesses/<harness id>.yaml                every harness a stored trajectory ran under, by content hash
       datasets/  adapters/  reports/  logs/
@@ -26,7 +26,7 @@ import polars as pl
 import yaml
 
 from agents.records import Trajectory
-from agents.trajectory_table import read_frame, read_trajectories, read_turn_frame, write_trajectories
+from agents.tables.trajectories import read_frame, read_trajectories, read_turn_frame, write_trajectories
 from harness.program import Harness
 
 SCHEMA_VERSION = 1
@@ -94,7 +94,15 @@ class RunStore:
         atomic_write_text(self.root / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     def load_config_dict(self) -> dict[str, Any]:
-        return yaml.safe_load((self.root / "config.yaml").read_text())
+        """The stored config; one stored before the training settings moved to the top level (`round.lora`,
+        `training.length`, ...) is read with them moved there, so an older run still resumes."""
+        raw = yaml.safe_load((self.root / "config.yaml").read_text())
+        for section in ("round", "training"):
+            sub = raw.get(section) if isinstance(raw, dict) else None
+            for key in ("lora", "length"):
+                if isinstance(sub, dict) and key in sub:
+                    raw.setdefault(key, sub.pop(key))
+        return raw
 
     # --- trajectories -------------------------------------------------------------------------
     def trajectory_path(self, stage: str, key: str) -> Path:
@@ -131,7 +139,7 @@ class RunStore:
         return read_frame(self.root / "trajectories" / stage if stage else self.root / "trajectories")
 
     def turn_frame(self, stage: str | None = None) -> pl.DataFrame:
-        """The per-turn rows (agents/turn_table.py) of a stage, or of the whole run."""
+        """The per-turn rows (agents/tables/turns.py) of a stage, or of the whole run."""
         return read_turn_frame(self.root / "trajectories" / stage if stage else self.root / "trajectories")
 
     # --- harnesses ----------------------------------------------------------------------------

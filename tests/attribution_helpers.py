@@ -305,7 +305,7 @@ async def make_cases(indices: list[int], cases: tuple[Case, ...] = CASES) -> tup
 
 
 def main() -> None:
-    from agents.trajectory_table import write_trajectories
+    from agents.tables.trajectories import write_trajectories
 
     ap = argparse.ArgumentParser(description="Write perturbed-oracle trajectories with labelled causes.")
     ap.add_argument("out", type=Path)

@@ -54,7 +54,7 @@ def ray_local() -> Iterator[None]:
     """One local Ray for the whole session (2 CPUs, no dashboard)."""
     import ray
 
-    from agents.pool import LOCAL_RAY_SYSTEM_CONFIG
+    from agents.pool.driver import LOCAL_RAY_SYSTEM_CONFIG
 
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
@@ -70,5 +70,5 @@ def _free_provider_environments() -> Iterator[None]:
     yield
     import sys
 
-    if "agents.providers" in sys.modules:
-        sys.modules["agents.providers"].close_provider_environments()
+    if "agents.providers.registry" in sys.modules:
+        sys.modules["agents.providers.registry"].close_provider_environments()

@@ -28,7 +28,7 @@ import ray  # noqa: E402
 import harness  # noqa: E402
 import tasks  # noqa: E402
 from agents.jobs import Limits, RolloutJob  # noqa: E402
-from agents.pool import RolloutPool  # noqa: E402
+from agents.pool.driver import RolloutPool  # noqa: E402
 from agents.records import ModelRole  # noqa: E402
 
 WORKER_RESOURCE = "scaleout_worker"

@@ -22,7 +22,7 @@ from typing import Any
 import litellm
 from litellm import CustomLLM
 
-from agents.providers import register_own_providers
+from agents.providers.registry import register_own_providers
 from agents.records import ModelRole
 from tasks.base import Environment
 from tasks.records import TaskInstance, Verdict

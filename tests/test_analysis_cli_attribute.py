@@ -11,7 +11,7 @@ from attribution_helpers import CASES, make_case, oracle_run
 from typer.testing import CliRunner
 
 from agents.records import Trajectory
-from agents.trajectory_table import write_trajectories
+from agents.tables.trajectories import write_trajectories
 from analysis.attribution.records import read_attribution_frame
 from flows.evaluation.attribution import AttributionConfig, attribute_run
 from flows.cli import app

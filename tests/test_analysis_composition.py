@@ -12,7 +12,7 @@ from attribution_helpers import oracle_run
 
 import harness as harness_pkg
 from agents.records import Trajectory
-from agents.trajectory_table import read_frame, write_trajectories
+from agents.tables.trajectories import read_frame, write_trajectories
 from analysis.composition import composition_markdown, composition_shift, composition_table, shift_markdown
 from analysis.report import build_report, write_report
 from analysis.report_sections import composition_section, fit_section, trigger_section

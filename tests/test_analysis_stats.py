@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from agents.records import Trajectory, TurnRecord
-from agents.trajectory_table import read_frame, write_trajectories
+from agents.tables.trajectories import read_frame, write_trajectories
 from analysis.report import build_report, write_report
 from analysis.stats import (
     OVERALL,

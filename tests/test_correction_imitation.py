@@ -124,7 +124,7 @@ def test_coevo_imitate_writes_what_coevo_train_takes_and_refuses_bad_input(
         runs: dict[str, list[Trajectory]], tmp_path: Path, tiny_model_dir: Path) -> None:
     from typer.testing import CliRunner
 
-    from agents.trajectory_table import read_trajectories, write_trajectories
+    from agents.tables.trajectories import read_trajectories, write_trajectories
     from flows.cli import app
 
     h = _edited()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tasks
 from agents.records import ModelRole
 from agents.rollout import Limits, run_episode
-from agents.showwork_provider import applies, repair_action
+from agents.providers.showwork import applies, repair_action
 from harness import baseline
 from tasks.code_refactor import show_work as refactor
 from tasks.payroll_audit import show_work as payroll

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agents.budget import BudgetSpent, SpendCap
 from agents.jobs import RolloutJob
 from agents.records import ModelRole
-from agents.trajectory_table import read_trajectories, write_trajectories
+from agents.tables.trajectories import read_trajectories, write_trajectories
 from correction.records import boundary_instances
 from correction.runner import local_rollouts
 from flows.evaluation.correction import STAGE, CorrectionConfig, correct_run

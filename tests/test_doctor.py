@@ -72,11 +72,11 @@ def test_failure_1_a_hybrid_thinking_template_is_refused_and_ours_passes(standin
 
 
 def test_failure_2_a_window_past_the_dense_model_is_refused_at_the_start(standins: dict[str, Path]) -> None:
-    cfg = config("dense", standins["dense"], servers__0__max_model_len=98304, round__length__max_len=49152)
+    cfg = config("dense", standins["dense"], servers__0__max_model_len=98304, length__max_len=49152)
     found = refused(cfg)
     assert "98304 > the model's window 40960" in found["servers.0.max_model_len"]
     assert "rope_type: yarn" in found["servers.0.max_model_len"]
-    assert "raised 2x to 98304" in found["round.length.max_len"]
+    assert "raised 2x to 98304" in found["length.max_len"]
     with pytest.raises(ConfigError, match=r"servers\.0\.max_model_len: 98304 > the model's window 40960"):
         preflight(cfg, REPO)  # the same check at every run's start
 
@@ -120,7 +120,7 @@ def test_expert_lora_under_fsdp1_is_refused_and_the_shipped_fsdp2_config_passes(
     v1["fsdp_config"] = {**v1["fsdp_config"], "fsdp_version": 1, "fsdp_use_orig_params": True}
     (tmp_path / "fsdp1.yaml").write_text(yaml.safe_dump(v1))
     cfg = config("paper", standins["paper"], round__accelerate_config=str(tmp_path / "fsdp1.yaml"))
-    assert cfg.round.lora.target_experts
+    assert cfg.lora.target_experts
     errors = check_round(cfg, REPO)[1]
     assert any(e.startswith("round.accelerate_config: fsdp1.yaml uses FSDP1") and "fsdp_version: 2" in e
                for e in errors), errors

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from agents.pool import RolloutPool
+from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
-from agents.trajectory_table import read_frame
+from agents.tables.trajectories import read_frame
 from flows import evolution
 from flows.evolution import EvolveSettings, TransferSettings, run_evolution
 from flows.progress import Progress

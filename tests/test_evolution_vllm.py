@@ -23,7 +23,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from agents.pool import RolloutPool
+from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
 from flows.cli import app

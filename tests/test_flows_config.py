@@ -193,7 +193,7 @@ def test_config_schema_lists_every_field_with_type_default_and_description() -> 
     assert (budget.type, budget.default) == ("int, >= 1", "60") and "GEPA" in budget.description
     assert by_path["models.<name>.model"].default == "required"
     assert by_path["servers[].tool_call_parser"].default == '"hermes"'
-    assert by_path["round.lora.rank"].default == "16"  # the records nested from other rooms are walked too
+    assert by_path["lora.rank"].default == "16"  # the records nested from other rooms are walked too
     assert all(r.description for r in rows()), [r.path for r in rows() if not r.description]
     result = CliRunner().invoke(app, ["config", "schema"])
     assert result.exit_code == 0 and "| `round.gate.rule` |" in result.output

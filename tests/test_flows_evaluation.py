@@ -25,7 +25,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from agents.trajectory_table import read_frame
+from agents.tables.trajectories import read_frame
 from deploy.vllm_server import free_port, is_ready
 from flows.cli import app
 from flows.config import parse_config
@@ -220,8 +220,8 @@ def test_train_adapter_on_expert_successes_then_evaluate_it_and_resume_skips(
     raw["evaluation"] = {"n_instances": 2, "seeds": 1, "bootstrap_samples": 100, "pairs": [{"model": "expert"}]}
     raw["limits"] = {"max_turns": 30, "max_tokens_per_turn": 32, "wall_s": 120}
     adapter = f"student@t{os.getpid()}"  # the session server outlives this test: a name no other run loaded
-    raw["training"] = {"source_pair": "expert", "base_model": str(tiny_model_dir), "adapter_name": adapter,
-                       "lora": {"rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1}, "length": {"max_len": 8192}}
+    raw["training"] = {"source_pair": "expert", "base_model": str(tiny_model_dir), "adapter_name": adapter}
+    raw["lora"], raw["length"] = {"rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1}, {"max_len": 8192}
     config = parse_config(raw)
 
     result = evaluation_flow(config, base_dir=str(tmp_path))
@@ -297,7 +297,7 @@ def test_the_gates_validation_rollouts_the_search_ran_are_copied_not_rerun(tmp_p
     """The search evaluated h on the first validation instances (seed 0); the gate's M_t-on-h* pair plans the same
     jobs under its own tag: they are copied from the search's store, with the gate's job key and tag."""
     from agents.jobs import Limits
-    from agents.pool import RolloutPool
+    from agents.pool.driver import RolloutPool
     from agents.records import ModelRole
     from flows.evolution_pool import PoolEvaluator, search_stage
     from flows.plan import RolloutSpec, plan

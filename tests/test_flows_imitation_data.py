@@ -29,9 +29,10 @@ def _raw(tmp_path: Path, tiny: Path) -> dict:
         "families": ["stock_alert"],
         "evaluation": {"n_instances": 2, "seeds": 1, "pairs": [{"model": "expert"}]},
         "limits": {"max_turns": 40},
-        "training": {"source_pair": "expert", "base_model": str(tiny), "lora": {"rank": 8},
-                     "data_instances": 3, "data_seeds": 2, "self_success_role": "flawed", "self_successes": 1,
-                     "length": {"max_len": 8192}},
+        "training": {"source_pair": "expert", "base_model": str(tiny),
+                     "data_instances": 3, "data_seeds": 2, "self_success_role": "flawed", "self_successes": 1},
+        "lora": {"rank": 8},
+        "length": {"max_len": 8192},
     }
 
 

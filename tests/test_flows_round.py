@@ -72,10 +72,10 @@ def round_config(tmp_path: Path, api_base: str, weights: Path) -> dict:
             "search": {"seeds": 1, "budget_rollouts": 6, "minibatch_size": 2, "train_instances": 2, "val_instances": 2},
             "data": {"instances": 2, "expert_seeds": 1, "student_samples": 1, "corrections": 4, "self_successes": 2},
             "correction": {"n": 2, "replays": 1, "extra_turns": 8},
-            "lora": {"rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1, "effective_batch": 8},
-            "length": {"max_len": 8192},
             "gate": {"val_instances": 2, "val_seeds": 1, "bootstrap_samples": 200},
         },
+        "lora": {"rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1, "effective_batch": 8},
+        "length": {"max_len": 8192},
     }
 
 
@@ -192,7 +192,7 @@ def test_a_stage_past_its_timeout_fails_the_run_and_keeps_finished_stages(
     raw["round"]["stage_timeout_s"] = {"evolve": 1}  # a 6-evaluation search on vLLM takes longer than 1 s
     # and this round's LoRA runs under `accelerate launch`, 2 CPU processes (DDP over gloo), as on a GPU node
     raw["round"]["accelerate_config"] = str(REPO / "deploy" / "accelerate" / "cpu_ddp.yaml")
-    raw["round"]["lora"]["effective_batch"] = 2  # 2 processes x 1: the 2-instance sets make full batches
+    raw["lora"]["effective_batch"] = 2  # 2 processes x 1: the 2-instance sets make full batches
     run_id, text, state, cfg = _run_stopped(tmp_path, raw, exit_code=1)
     assert "StageTimeout" in text and "stage evolve passed its limit of 1 s (round.stage_timeout_s.evolve)" in text
     assert set(state) == {"evaluate_h0"}  # the finished stage is kept; the timed-out one is not recorded as done
@@ -266,7 +266,7 @@ def test_dry_run_names_a_bad_accelerate_config(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(REPO)
     raw = yaml.safe_load((REPO / "deploy/configs/gpu_paper.yaml").read_text())
     raw["round"]["accelerate_config"] = "deploy/accelerate/cpu.yaml"  # CPU training for a GPU-served student
-    raw["round"]["lora"]["effective_batch"] = 6
+    raw["lora"]["effective_batch"] = 6
     path = tmp_path / "paper.yaml"
     path.write_text(yaml.safe_dump(raw))
     result = invoke(["run", "--config", str(path), "--dry-run"])

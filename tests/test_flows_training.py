@@ -25,7 +25,8 @@ def _base(tmp_path: Path) -> dict:
                    "expert": {"model": "oracle/{family}"}},
         "families": ["stock_alert"],
         "evaluation": {"n_instances": 2, "seeds": 1, "pairs": [{"model": "expert"}]},
-        "training": {"source_pair": "expert", "base_model": str(tmp_path), "lora": {"rank": 8}},
+        "training": {"source_pair": "expert", "base_model": str(tmp_path)},
+        "lora": {"rank": 8},
     }
 
 
@@ -36,20 +37,21 @@ def _base(tmp_path: Path) -> dict:
         ({"source_pair": "student@r1"}, "training.source_pair: 'student@r1' is not an evaluation pair"),
         ({"role": "judge"}, "training.role: role 'judge' is not defined under `models`"),
         ({"role": "expert"}, "training.role: 'expert' is 'oracle/{family}'; only a hosted_vllm model"),
-        ({"lora": {"rank": 32}}, "training.lora.rank: 32 > max_lora_rank 16 of server 'tiny'"),
+        ({"lora": {"rank": 32}}, "lora.rank: 32 > max_lora_rank 16 of server 'tiny'"),
         ({"adapter_name": "student/r1"}, "training.adapter_name: String should match pattern"),
-        ({"lora": {"epochs": 0}}, "training.lora.epochs: Input should be greater than or equal to 1"),
-        ({"lora": {"seeds": 0}}, "training.lora.seeds: Input should be greater than or equal to 1"),
-        ({"lora": {"effective_batch": 6, "micro_batch": 4}}, "training.lora: effective_batch 6 must be a multiple"),
-        ({"length": {"max_len": 0}}, "training.length.max_len: Input should be greater than 0"),
-        ({"length": {"raised_max_len": 99}}, "training.length.raised_max_len: unknown key"),
+        ({"lora": {"epochs": 0}}, "lora.epochs: Input should be greater than or equal to 1"),
+        ({"lora": {"seeds": 0}}, "lora.seeds: Input should be greater than or equal to 1"),
+        ({"lora": {"effective_batch": 6, "micro_batch": 4}}, "lora: effective_batch 6 must be a multiple"),
+        ({"length": {"max_len": 0}}, "length.max_len: Input should be greater than 0"),
+        ({"length": {"raised_max_len": 99}}, "length.raised_max_len: unknown key"),
         ({"learning_rate": 1e-3}, "training.learning_rate: unknown key"),
         ({"rank": 16}, "training.rank: unknown key"),  # the settings live under `lora`, declared once
     ],
 )
 def test_bad_training_section_names_the_key(tmp_path: Path, patch: dict, message: str) -> None:
     raw = _base(tmp_path)
-    raw["training"].update(patch)
+    for key, value in patch.items():  # the training settings live at the top level (`lora:`, `length:`)
+        (raw if key in ("lora", "length") else raw["training"])[key] = value
     with pytest.raises(ConfigError) as e:
         parse_config(raw)
     assert message in str(e.value)
@@ -87,16 +89,24 @@ def test_adapter_pair_is_appended_once_and_runs_on_the_role(tmp_path: Path) -> N
 
 
 def test_training_settings_are_the_trainers_records_with_the_recipe_defaults(tmp_path: Path) -> None:
-    t = parse_config(_base(tmp_path)).training
-    assert t is not None
+    t = parse_config(_base(tmp_path))
     # the run config embeds the trainer's own records: what is not set is TrainConfig's / LengthRule's default
     assert type(t.lora) is TrainConfig and type(t.length) is LengthRule
     assert t.lora == TrainConfig(rank=8) and t.length == LengthRule()
     assert (t.lora.rank, t.lora.lora_alpha, t.lora.epochs, t.lora.lr, t.lora.seeds) == (8, 16, 2, 1e-4, 3)
     assert (t.length.max_len, t.length.raised_max_len, t.length.raise_above) == (49152, 98304, 0.05)
     raw = _base(tmp_path)
-    raw["training"]["length"] = {"max_len": 16384}
-    assert parse_config(raw).training.length.raised_max_len == 32768  # type: ignore[union-attr]
+    raw["length"] = {"max_len": 16384}
+    assert parse_config(raw).length.raised_max_len == 32768
+
+
+@pytest.mark.parametrize("section", ["training", "round"])
+def test_lora_settings_under_a_section_are_refused_with_their_one_home(tmp_path: Path, section: str) -> None:
+    raw = _base(tmp_path)
+    raw.setdefault(section, {})["lora"] = raw.pop("lora")
+    with pytest.raises(ConfigError, match=rf"{section}\.lora: the training settings have one home, the top-level "
+                                          r"`lora:`"):
+        parse_config(raw)
 
 
 def test_shipped_configs(tmp_path: Path) -> None:
@@ -104,7 +114,7 @@ def test_shipped_configs(tmp_path: Path) -> None:
     config = load_config(REPO / "deploy/configs/local_train.yaml").with_adapter_pair()
     assert config.training is not None and config.training.source_pair == "expert"
     # the small config sets its small values explicitly (the defaults are the paper's)
-    assert (config.training.lora.seeds, config.training.lora.epochs, config.training.length.max_len) == (1, 1, 16384)
+    assert (config.lora.seeds, config.lora.epochs, config.length.max_len) == (1, 1, 16384)
     assert [p.name for p in config.evaluation.pairs] == ["student", "expert", "student@r1"]
     preflight(config, REPO)
 

@@ -9,9 +9,9 @@ import pytest
 
 from agents.records import STOP_REASON_MEANINGS, STOP_REASONS, InjectedFault, ModelRole, Trajectory, TriggerRecord, TurnRecord
 from agents.token_ids import encode_prompt, next_base
-from agents.trajectory_rows import TRAJECTORY_SCHEMA
-from agents.trajectory_table import read_frame, read_trajectories, read_turn_frame, turns_path, write_trajectories
-from agents.turn_table import STORED_FIELDS, TURN_SCHEMA
+from agents.tables.rows import TRAJECTORY_SCHEMA
+from agents.tables.trajectories import read_frame, read_trajectories, read_turn_frame, turns_path, write_trajectories
+from agents.tables.turns import STORED_FIELDS, TURN_SCHEMA
 from flows.config import ConfigError, parse_config
 from flows.store import RunStore, content_key
 from harness import baseline

@@ -99,7 +99,7 @@ def test_run_start_refuses_a_bad_placement_before_anything_starts(tmp_path: Path
     for role in ("expert", "reflector"):
         raw["models"][role] = {"model": "flawed/{family}@expert"}
     raw["round"]["search"]["reflector"] = "library"
-    raw["round"]["lora"].update(target_experts=False)
+    raw["lora"].update(target_experts=False)
     raw["servers"][0]["extra_args"] = []
     with pytest.raises(ConfigError, match="placement refused:\n  GPU 0: oversubscribed during the train stage"):
         run_rounds(parse_config(raw), base=REPO)
@@ -113,17 +113,17 @@ def test_adapters_vllm_cannot_serve_are_refused_before_training(tmp_path: Path, 
     raw["round"]["student_weights"] = raw["servers"][0]["model"] = str(moe)
     raw["servers"][0]["extra_args"] = []
     errors, _ = check_lora_serving(parse_config(raw), REPO)
-    assert errors == ["round.lora: server 'student': expert LoRA (target_experts) on Qwen3MoeForCausalLM needs vLLM's "
+    assert errors == ["lora: server 'student': expert LoRA (target_experts) on Qwen3MoeForCausalLM needs vLLM's "
                       "--enable-mixed-moe-lora-format (vLLM keeps its MoE LoRA in 2-D form and refuses a fused-expert "
                       "adapter without it); add it to the server's extra_args"]
     raw["round"]["student_weights"] = raw["servers"][0]["model"] = str(tiny_model_dir)  # dense
     errors, _ = check_lora_serving(parse_config(raw), REPO)
-    assert errors[0] == "round.lora: target_experts: Qwen3ForCausalLM is dense (no experts in its config.json)"
+    assert errors[0] == "lora: target_experts: Qwen3ForCausalLM is dense (no experts in its config.json)"
     local = yaml.safe_load((REPO / "deploy/configs/local.yaml").read_text())
     local["round"]["student_weights"] = local["servers"][0]["model"] = str(moe)  # a MoE student on vLLM CPU
     result = CliRunner().invoke(app, ["run", "--config", str(_write(tmp_path / "l.yaml", local)), "--dry-run"])
     assert result.exit_code == 1
-    assert "error: round.lora: server 'micro': vLLM CPU cannot serve LoRA on the MoE model Qwen3MoeForCausalLM" \
+    assert "error: lora: server 'micro': vLLM CPU cannot serve LoRA on the MoE model Qwen3MoeForCausalLM" \
         in result.output.replace("\n", " ")
 
 
@@ -134,8 +134,8 @@ def _write(path: Path, raw: dict) -> Path:
 
 def test_expert_targets_need_dropout_zero_named_by_key() -> None:
     raw = paper()
-    raw["round"]["lora"]["dropout"] = 0.05  # the recipe's dropout with the paper's target_experts
-    with pytest.raises(ConfigError, match=r"round\.lora: dropout 0\.05: expert LoRA \(target_experts\) needs dropout 0"):
+    raw["lora"]["dropout"] = 0.05  # the recipe's dropout with the paper's target_experts
+    with pytest.raises(ConfigError, match=r"lora: dropout 0\.05: expert LoRA \(target_experts\) needs dropout 0"):
         parse_config(raw)
     assert TrainConfig(dropout=0.0).digest() != TrainConfig(dropout=0.0, target_experts=True).digest()
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import tasks
 from agents.jobs import Limits
-from agents.providers import close_provider_environments
+from agents.providers.registry import close_provider_environments
 from agents.records import ModelRole
 from agents.rollout import run_episode
 from training.micro.mixture import NAMED, draw, named_harness

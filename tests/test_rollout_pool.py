@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import harness
 import tasks
 from agents.jobs import RolloutJob
-from agents.pool import RolloutPool
+from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
 from agents.jobs import Limits
 from harness import ToolPolicy
@@ -256,7 +256,7 @@ def test_cli_rollout_on_oracle_writes_parquet_and_reports_100(ray_local: None, t
 def test_cli_rollout_forces_one_tool_with_strict_schemas(vllm_server: str, ray_local: None, tmp_path) -> None:
     """`--tool-choice <tool> --strict-tools`: every turn of the tiny model is a valid call of that tool (sampled:
     greedy decoding loops on whitespace inside the arguments until max_tokens)."""
-    from agents.trajectory_table import read_trajectories
+    from agents.tables.trajectories import read_trajectories
     from flows.cli import app
 
     if "stock_alert" not in tasks.families():
@@ -282,7 +282,7 @@ def test_actor_resets_rays_worker_niceness_on_every_thread() -> None:
         pytest.skip("lowering niceness needs root (CAP_SYS_NICE)")
     code = (
         "import os, threading\n"
-        "from agents.pool_actor import _undo_worker_niceness\n"
+        "from agents.pool.actor import _undo_worker_niceness\n"
         "done = threading.Event(); threading.Thread(target=done.wait).start()\n"
         "tids = [int(t) for t in os.listdir('/proc/self/task')]\n"
         "for t in tids: os.setpriority(os.PRIO_PROCESS, t, 15)\n"

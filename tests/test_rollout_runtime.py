@@ -14,7 +14,7 @@ from agents.client import ModelClient
 from agents.prefix import Prefix, ReplayDivergence, prefix_of
 from agents.records import STOP_REASONS, ModelRole
 from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
-from agents.trajectory_table import read_trajectories, write_trajectories
+from agents.tables.trajectories import read_trajectories, write_trajectories
 from harness import Harness, Hook, PromptSection, ToolPolicy, baseline
 from harness.context import ContextPolicy
 from scripted_model import CounterEnv, Step, counter_env, scripted
@@ -245,8 +245,8 @@ async def test_oracle_plans_from_the_rollouts_own_environment_and_agrees_with_re
     stays shared after it, and every turn's action equals what the replay path (a fresh copy with the
     conversation replayed) answers from the same messages."""
     from agents import shared_env
-    from agents.oracle_provider import oracle_reply
-    from agents.providers import close_provider_environments
+    from agents.providers.oracle import oracle_reply
+    from agents.providers.registry import close_provider_environments
 
     family = "stock_alert"
     inst = _oracle_sample(family)

@@ -32,7 +32,7 @@ import pytest
 import harness
 import tasks
 from agents.jobs import Limits, RolloutJob
-from agents.pool import RolloutPool
+from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
 from harness import ToolPolicy
 

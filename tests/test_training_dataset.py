@@ -11,7 +11,7 @@ from training_helpers import SYSTEM, make_trajectory
 from typer.testing import CliRunner
 
 from agents.records import TriggerRecord
-from agents.trajectory_table import write_trajectories
+from agents.tables.trajectories import write_trajectories
 from training.convert import ConversionError, to_student_messages
 from training.dataset import (
     TRAIN_TURN_TRIGGER,

@@ -14,7 +14,7 @@ import typer
 from training_helpers import make_trajectory
 from typer.testing import CliRunner
 
-from agents.trajectory_table import write_trajectories
+from agents.tables.trajectories import write_trajectories
 from deploy.vllm_server import served_models, unload_adapter
 
 

@@ -31,7 +31,7 @@ from agents.flawed.menu import Action
 from agents.flawed.policy import Student
 from agents.flawed.profiles import PER_TURN_KINDS, Profile, parse_profile
 from agents.flawed.state import BLOCKED, Conversation, ConversationStore, FlawedError, signature
-from agents.oracle_provider import resolve_instance
+from agents.providers.oracle import resolve_instance
 from agents.records import InjectedFault, parse_tool_calls
 from tasks.base import Environment, Family
 from tasks.records import FinalAnswer, TaskInstance, ToolCall
@@ -70,7 +70,7 @@ def example_tools(tools: list[dict[str, Any]] | None) -> frozenset[str]:
 
 
 class FlawedLLM(CustomLLM):
-    """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by agents.providers)."""
+    """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by agents.providers.registry)."""
 
     def __init__(self, max_live_envs: int = 8) -> None:
         super().__init__()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agents.flawed.profiles import CATEGORIES
 from agents.records import Trajectory
-from agents.trajectory_table import read_trajectories
+from agents.tables.trajectories import read_trajectories
 
 
 def success_table(trajectories: list[Trajectory]) -> str:

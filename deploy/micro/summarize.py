@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from agents.trajectory_table import read_frame
+from agents.tables.trajectories import read_frame
 from analysis.stats import paired_bootstrap
 
 
@@ -54,7 +54,7 @@ FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stoc
 def behaviour(root: Path) -> None:
     """How far the episodes got: the demonstrated first call, malformed calls, and (code_refactor renames)
     whether the instruction's old name was copied into any call."""
-    from agents.trajectory_table import read_trajectories
+    from agents.tables.trajectories import read_trajectories
     from training.micro.policies import has_policy
 
     print("\nbehaviour:")

@@ -92,7 +92,7 @@ def correct(
 ) -> None:
     """Localize t* in each failing rollout, let the expert rewrite only it, select by the verifier, write rows."""
     from agents.records import ModelRole
-    from agents.trajectory_table import read_trajectories
+    from agents.tables.trajectories import read_trajectories
     from flows.evaluation.correction import CorrectionConfig, correct_run
     from flows.store import RunStore
 

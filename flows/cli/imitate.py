@@ -40,7 +40,7 @@ def imitate(
     seed: Annotated[int, typer.Option(help="Seed of the mix's tie-breaking RNG.")] = 0,
 ) -> None:
     """Build the imitation training set: expert successes + own successes, under one harness per family."""
-    from agents.trajectory_table import read_trajectories
+    from agents.tables.trajectories import read_trajectories
     from correction.imitation import build_imitation_set, write_imitation_set
     from correction.mix import MixConfig
     from harness.files import harness_source

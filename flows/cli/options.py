@@ -70,7 +70,7 @@ def check_harness(spec: str, option: str = "--harness") -> None:
 
 def read_trajectory_option(path: Path, option: str) -> list[Any]:  # list[Trajectory]; lazy import: fast CLI start
     """The trajectories of a file or directory given as an option; unreadable or none is one line, exit 2."""
-    from agents.trajectory_table import read_trajectories
+    from agents.tables.trajectories import read_trajectories
 
     try:
         trajs = read_trajectories(path)

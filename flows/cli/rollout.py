@@ -121,8 +121,8 @@ def rollout(
 
     The jobs are planned by flows/plan.py, the same planning `coevo run` uses for an evaluation pair.
     """
-    from agents.pool import RolloutPool
-    from agents.trajectory_table import write_trajectories
+    from agents.pool.driver import RolloutPool
+    from agents.tables.trajectories import write_trajectories
     from flows.plan import plan
 
     urls = list(api_base or [])

@@ -41,7 +41,7 @@ from flows.store import RunStore, atomic_write_text, content_key
 from harness.program import Harness
 
 if TYPE_CHECKING:
-    from agents.pool import RolloutPool
+    from agents.pool.driver import RolloutPool
 
 STAGE = "correction_data"
 

@@ -48,7 +48,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.pool import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
+from agents.pool.driver import LOCAL_RAY_SYSTEM_CONFIG, RolloutPool
 from agents.records import Trajectory
 from analysis.report import long_family_table
 from deploy import tiny_model

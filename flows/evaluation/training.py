@@ -15,7 +15,7 @@
 4. The flow then has the run's server scope hot-load seed 0 into the role's vLLM server under `adapter_name`
    (idempotent on a resumed run; reloaded if that server is restarted later in the run).
 
-The settings are `training.lora` (`training.config.TrainConfig`) and `training.length` (`LengthRule`), used as
+The settings are the run config's `lora:` (`training.config.TrainConfig`) and `length:` (`LengthRule`), used as
 they are: no default is restated here.
 """
 
@@ -77,7 +77,7 @@ def _fit(config: RunConfig, store: RunStore, repo_root: Path, seeds: list[int] |
     def rows() -> list[Trajectory]:  # read only when the dataset is built
         return check_no_leakage(store.read_chunks(IMITATION_STAGE, [key]), f"training set of {t.adapter_name}")
 
-    result = fit(rows, (repo_root / t.base_model).resolve(), store.root / "adapters" / t.adapter_name, t.lora, t.length,
+    result = fit(rows, (repo_root / t.base_model).resolve(), store.root / "adapters" / t.adapter_name, config.lora, config.length,
                  key=(IMITATION_STAGE, key, DATA_FILTER), datasets=store.root / "datasets", mask=MASK,
                  chat_template=chat_template, template_kwargs=fixed, seeds=seeds, label=t.adapter_name,
                  show_progress=show_progress, conflict_hint="give `training.adapter_name` a new version (names are "

@@ -10,7 +10,7 @@ import polars as pl
 
 from agents.budget import BudgetSpent
 from agents.role_calls import role_calls_usd
-from agents.trajectory_table import turns_path
+from agents.tables.trajectories import turns_path
 
 DERIVED = ("sets",)  # rows copied from rollouts already counted
 

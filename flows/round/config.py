@@ -16,7 +16,6 @@ from correction.locators.base import parse_locator
 from correction.selectors.base import parse_selector
 from flows.placement import PlacementSettings
 from harness.evolution import parse_strategy
-from training.config import LengthRule, TrainConfig
 
 Arm = Literal["imit_h0", "imit", "corr"]
 ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr")
@@ -155,9 +154,6 @@ class RoundConfig(BaseModel):
     search: SearchSettings = Field(default_factory=SearchSettings)
     data: DataSettings = Field(default_factory=DataSettings)
     correction: CorrectionSettings = Field(default_factory=CorrectionSettings)
-    lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT (training.config.TrainConfig); "
-                              "`seeds` = training seeds per arm.")
-    length: LengthRule = Field(default_factory=LengthRule)
     gate: GateSettings = Field(default_factory=GateSettings)
     budget_usd: float | None = Field(default=None, gt=0, description="Run-level dollars for API roles (expert, "
                                      "reflector, locator, judge): spent -> the round stops cleanly, resumable.")

@@ -22,11 +22,14 @@ from training.targets import model_layout
 from flows.round.context import correction_expert
 
 LOCAL = ("oracle/", "flawed/", "showwork/")
-# hosted_vllm/cpu: the micro student M0 in `make run` (2026-12-01, 2 cores, 2 actors): evaluate_arms 135 rollouts in
-# 355 s, evolve 69 in 189 s -> ~5.3 s per rollout per actor. A model with shorter episodes is faster (the random
-# tiny model: the same round in 4.5 min against the same estimate, 28 min); set round.est_rollout_s for yours.
-DEFAULT_S = {"oracle/": 1.5, "flawed/": 1.5, "showwork/": 1.5, "hosted_vllm/cpu": 5.0, "hosted_vllm/gpu": 60.0, "api": 60.0}
-LORA_S_PER_EXAMPLE = {"cpu": 2.0, "gpu": 20.0}
+# Seconds per rollout by model kind, divided by the rollouts that run at once. A CPU-served student is bounded by its
+# server's decode, not by actors: "hosted_vllm/cpu" is the wall seconds per rollout of one CPU server at the default
+# 32 in flight (`make run`, 2026-12-04, 2 cores: evaluate_arms 135 M0 rollouts through LoRA adapters in 128 s, the
+# gate 30 in 46 s -> ~1 s), so CPU roles count their servers, not actors x concurrency. Local policies (oracle, flawed,
+# showwork) run in the actors. GPU and API figures are guesses: set round.est_rollout_s for yours.
+DEFAULT_S = {"oracle/": 1.0, "flawed/": 1.0, "showwork/": 1.0, "hosted_vllm/cpu": 1.0, "hosted_vllm/gpu": 60.0,
+             "api": 60.0}
+LORA_S_PER_EXAMPLE = {"cpu": 1.0, "gpu": 20.0}  # cpu: make run, 3 arms of <= 30 rows in 65 s
 PROMPT_TOKENS_EST = 4000
 
 
@@ -63,7 +66,7 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
     failing = n_train * d.student_samples if "corr" in arms else 0
     c = r.correction
     probes = failing * (math.ceil(math.log2(max(config.limits.max_turns, 2))) + 1)
-    seeds = r.lora.seeds
+    seeds = config.lora.seeds
     gate_n = F * _n(r.gate.val_instances, 20) * r.gate.val_seeds * (1 + seeds) if "corr" in arms else 0
     reflector_calls = 0 if r.search.reflector == "library" else \
         F * r.search.seeds * math.ceil(r.search.budget_rollouts / max(r.search.minibatch_size, 1))
@@ -95,7 +98,9 @@ def _role_s(config: RunConfig, role: ModelRole) -> tuple[float, int]:
     if role.provider == "hosted_vllm":
         spec = config.server_for(role)
         dev = spec.device if spec else "cpu"
-        return est[f"hosted_vllm/{dev}"], par if dev == "cpu" else par * config.ray.concurrency_per_server
+        if dev == "cpu":  # one CPU server's decode is the bound, whatever the actors
+            return est["hosted_vllm/cpu"], 1
+        return est[f"hosted_vllm/{dev}"], par * config.ray.concurrency_per_server
     return est["api"], par * config.ray.concurrency_per_server
 
 
@@ -145,12 +150,12 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
         if (root / spec.model).resolve() != (root / r.student_weights).resolve():
             errors.append(f"round.student_weights: '{r.student_weights}' is not the model the student's server "
                           f"'{spec.name}' serves ('{spec.model}'): adapters would be trained on other weights")
-        if spec.max_model_len is not None and spec.max_model_len < r.length.max_len:
-            warnings.append(f"servers.{spec.name}.max_model_len {spec.max_model_len} < round.length.max_len "
-                            f"{r.length.max_len}: evaluated contexts are shorter than trained ones")
+        if spec.max_model_len is not None and spec.max_model_len < config.length.max_len:
+            warnings.append(f"servers.{spec.name}.max_model_len {spec.max_model_len} < length.max_len "
+                            f"{config.length.max_len}: evaluated contexts are shorter than trained ones")
     if r.accelerate_config and (root / r.accelerate_config).is_file():
         errors += _check_accelerate(config, root / r.accelerate_config, spec.device if spec else "cpu")
-        errors += _check_fsdp_wrap(root / r.accelerate_config, root / r.student_weights, r.lora.target_experts)
+        errors += _check_fsdp_wrap(root / r.accelerate_config, root / r.student_weights, config.lora.target_experts)
     elif spec is not None and spec.device == "gpu":
         warnings.append("round.accelerate_config is unset: LoRA trains in the flow's own process (one device)")
     placed = check_placement(config, root)
@@ -170,7 +175,7 @@ def _check_fsdp_wrap(path: Path, weights: Path, experts: bool = False) -> list[s
     fsdp = acc.get("fsdp_config") or {}
     if experts and int(fsdp.get("fsdp_version", 1)) == 1:
         return [f"round.accelerate_config: {path.name} uses FSDP1, which cannot train LoRA on fused experts "
-                "(round.lora.target_experts; peft's expert wrapper reads a view of FSDP1's flat buffer that FSDP1 "
+                "(lora.target_experts; peft's expert wrapper reads a view of FSDP1's flat buffer that FSDP1 "
                 "rewrites in place: failed on an H200, 2026-12-04); set fsdp_config.fsdp_version: 2"]
     named = fsdp.get("fsdp_transformer_layer_cls_to_wrap")
     if not named or not (weights / "config.json").is_file():
@@ -183,7 +188,7 @@ def _check_fsdp_wrap(path: Path, weights: Path, experts: bool = False) -> list[s
 
 
 def _check_accelerate(config: RunConfig, path: Path, device: str) -> list[str]:
-    r: RoundConfig = config.round  # type: ignore[assignment]
+    lora = config.lora
     try:
         acc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -192,16 +197,16 @@ def _check_accelerate(config: RunConfig, path: Path, device: str) -> list[str]:
     n = int(acc.get("num_processes", 1))
     if device == "gpu" and acc.get("use_cpu"):
         errors.append(f"round.accelerate_config: {path.name} trains on CPU but the student is served on GPU")
-    if r.lora.effective_batch % (n * r.lora.micro_batch):
-        errors.append(f"round.lora.effective_batch {r.lora.effective_batch} is not a multiple of num_processes {n} x "
-                      f"micro_batch {r.lora.micro_batch} ({path.name})")
+    if lora.effective_batch % (n * lora.micro_batch):
+        errors.append(f"lora.effective_batch {lora.effective_batch} is not a multiple of num_processes {n} x "
+                      f"micro_batch {lora.micro_batch} ({path.name})")
     tp = max((s.tensor_parallel_size for s in config.servers), default=1)
     if device == "gpu" and n % tp and tp % n:
         errors.append(f"round.accelerate_config: num_processes {n} and the servers' tensor_parallel_size {tp} do not "
                       "divide one another (training and serving share the node's GPUs)")
     mp = acc.get("mixed_precision", "no")
-    if r.lora.precision == "bf16" and mp not in ("bf16",):
-        errors.append(f"round.lora.precision bf16 but {path.name} has mixed_precision {mp!r}")
+    if lora.precision == "bf16" and mp not in ("bf16",):
+        errors.append(f"lora.precision bf16 but {path.name} has mixed_precision {mp!r}")
     return errors
 
 
@@ -227,7 +232,7 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
              "reflector (model calls)": config.models.get("reflector")}
     lines = [f"round config: {len(config.family_names())} families ({', '.join(config.family_names())}); test "
              f"{config.evaluation.n_instances or 'all'} instances x {config.evaluation.seeds} seeds; arms "
-             f"{', '.join(r.arms)}; {r.lora.seeds} training seed(s); search {r.search.seeds} seed(s) x "
+             f"{', '.join(r.arms)}; {config.lora.seeds} training seed(s); search {r.search.seeds} seed(s) x "
              f"{r.search.budget_rollouts} evaluations ({r.search.reflector}); rounds {rounds}",
              f"stages: serve -> {' -> '.join(STAGES)}"]
     total_s, cost, unknown = 0.0, 0.0, set()
@@ -256,9 +261,9 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     spec = config.server_for(config.models[r.student])
     ex = min(r.data.corrections + r.data.self_successes, len(config.family_names()) * _n(r.data.instances, 20)
              * max(r.data.student_samples, r.data.expert_seeds))
-    total_s += lora * ex * r.lora.epochs * LORA_S_PER_EXAMPLE[spec.device if spec else "cpu"]
-    lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {r.lora.epochs} epochs each"
-                 + ("; experts adapted too" if r.lora.target_experts else "") + ")")
+    total_s += lora * ex * config.lora.epochs * LORA_S_PER_EXAMPLE[spec.device if spec else "cpu"]
+    lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {config.lora.epochs} epochs each"
+                 + ("; experts adapted too" if config.lora.target_experts else "") + ")")
     lines += check_placement(config, root).lines
     lines += _doctor(config, root, errors)
     lines.append(f"estimate per round (rough): {total_s / 60:.0f} min wall; x{rounds} rounds = {rounds * total_s / 3600:.1f} h")

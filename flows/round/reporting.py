@@ -88,7 +88,7 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
         meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model, "start harness": ctx.state.start_harness,
               "families": ", ".join(ctx.families()), "test split": f"{ev.split}, {ev.n_instances or 'all'} instances x "
               f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
-              "training seeds": ctx.r.lora.seeds, "attributor": attributed.attributor},
+              "training seeds": ctx.config.lora.seeds, "attributor": attributed.attributor},
         frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections], edits=edits, search=search,
         gate=gate.model_dump(), stages=stages, notes=_notes(ctx), n_boot=ev.bootstrap_samples,
         corrections=corrections, corrections_note=corrections_note)

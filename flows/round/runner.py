@@ -54,6 +54,8 @@ def fingerprint(ctx: RoundContext) -> str:
     data = ctx.config.model_dump(mode="json", exclude=NOT_IN_KEY)
     for k in ("budget_usd", "est_rollout_s", "accelerate_config", "stage_timeout_s", "placement"):
         data["round"].pop(k, None)
+    # the training settings keyed where they lived before their one home moved to the top level: same key
+    data["round"]["lora"], data["round"]["length"] = data.pop("lora"), data.pop("length")
     if not data["round"]["lora"].get("target_experts"):  # off = the recipe before the field existed: same key
         data["round"]["lora"].pop("target_experts", None)
     for role in data["models"].values():

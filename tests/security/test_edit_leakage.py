@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import tasks
-from agents.pool import RolloutPool
+from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
 from flows.evolution_pool import PoolEvaluator

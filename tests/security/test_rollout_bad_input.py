@@ -9,7 +9,7 @@ import pytest
 from agents.prefix import prefix_of
 from agents.rollout import Limits, run_episode
 from agents.tool_args import MAX_ARGS_DEPTH, OVER_CAP_PREFIX, json_depth, parse_arguments
-from agents.trajectory_table import read_trajectories, write_trajectories
+from agents.tables.trajectories import read_trajectories, write_trajectories
 from harness import Harness, PromptSection
 from scripted_model import Step, counter_env, scripted
 

@@ -157,7 +157,7 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
 
 def demonstrations(spec: MicroSpec, progress: bool = True) -> list[tuple[str, Any]]:
     """(mixture label, Trajectory) for every demonstration, in a fixed order, then the renamed copies."""
-    from agents.providers import close_provider_environments
+    from agents.providers.registry import close_provider_environments
 
     try:
         pairs = asyncio.run(_demos_async(spec, progress=progress))

@@ -22,7 +22,7 @@ from typing import Any
 
 import tasks
 from agents.client import ModelClient, ModelResponse
-from agents.oracle_provider import tool_calls_in
+from agents.providers.oracle import tool_calls_in
 from agents.records import ModelRole, parse_tool_calls
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 

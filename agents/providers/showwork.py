@@ -17,13 +17,13 @@ Where that policy does not apply, it is the oracle's action (`oracle/<family>`):
 From the student's state the policies repair rather than restart: a payroll program or an anomaly report other
 than the policy's own is run or put again, a rename scoped to the package is redone over the repository. It is
 a simulation: what a round shows with it is measured against a policy, not a model, and is labelled SIMULATED.
-Served exactly as the oracle is (agents/oracle_provider.py: the rollout's shared environment in this process,
+Served exactly as the oracle is (agents/providers/oracle.py: the rollout's shared environment in this process,
 else a live replica).
 """
 
 from __future__ import annotations
 
-from agents.oracle_provider import OracleLLM
+from agents.providers.oracle import OracleLLM
 from tasks import show_work
 from tasks.base import Environment, Family
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
@@ -46,7 +46,7 @@ def repair_action(fam: Family, env: Environment, history: list[Step]) -> ToolCal
 
 
 class ShowWorkLLM(OracleLLM):
-    """LiteLLM handler for `showwork/<family>` models (registered by agents.providers with the other providers)."""
+    """LiteLLM handler for `showwork/<family>` models (registered by agents.providers.registry with the other providers)."""
 
     provider = PROVIDER
 

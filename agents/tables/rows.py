@@ -1,4 +1,4 @@
-"""One trajectory <-> one row of the trajectory table (the turns go to the turn table, agents/turn_table.py).
+"""One trajectory <-> one row of the trajectory table (the turns go to the turn table, agents/tables/turns.py).
 
 `messages_json` does not repeat what the turn table holds: an assistant message equal to its turn's record
 is stored as `{"$ref": "assistant"}`, and a tool message whose content is the recorded result of its call

@@ -1,7 +1,7 @@
 """Trajectories <-> Parquet tables (polars, explicit schemas), with a schema version.
 
 A file `<name>.parquet` holds one row per trajectory; `<name>.turns.parquet` beside it holds one row per
-turn (agents/turn_table.py). Flat columns carry what tables and statistics filter on; the nested parts that
+turn (agents/tables/turns.py). Flat columns carry what tables and statistics filter on; the nested parts that
 have no fixed shape (instance, verdict, messages, tool schemas) are JSON strings. Together the two files are
 lossless: `read_trajectories(write_trajectories(p, ts)) == ts`.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import polars as pl
 
 from agents.records import Trajectory
-from agents.table_migrations import from_v1
-from agents.turn_table import TURN_SCHEMA, turn_frame, turns_by_trajectory
-from agents.trajectory_rows import TRAJECTORY_SCHEMA, trajectory_from_row, trajectory_row
+from agents.tables.migrations import from_v1
+from agents.tables.turns import TURN_SCHEMA, turn_frame, turns_by_trajectory
+from agents.tables.rows import TRAJECTORY_SCHEMA, trajectory_from_row, trajectory_row
 
 SCHEMA_VERSION = 2
 TURNS_SUFFIX = ".turns.parquet"

@@ -135,7 +135,7 @@ class LiveEnvCache:
 
 class OracleLLM(CustomLLM):
     """LiteLLM handler for `oracle/<family>` models, with live environments reused across calls. A subclass
-    with another `provider` name and `action` is a policy of ours served the same way (agents/showwork_provider.py)."""
+    with another `provider` name and `action` is a policy of ours served the same way (agents/providers/showwork.py)."""
 
     provider = "oracle"
 

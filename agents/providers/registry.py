@@ -1,8 +1,8 @@
 """The project's own models, registered with LiteLLM's custom-provider interface once per process.
 
-`oracle/<family>` (the task's reference policy, agents/oracle_provider.py), `flawed/<family>@<profile>` (the
+`oracle/<family>` (the task's reference policy, agents/providers/oracle.py), `flawed/<family>@<profile>` (the
 oracle with injected, labelled faults, agents/flawed/) and `showwork/<family>` (the oracle that states its
-reasoning, agents/showwork_provider.py). `agents.client.ModelClient` registers them when a role names one;
+reasoning, agents/providers/showwork.py). `agents.client.ModelClient` registers them when a role names one;
 LiteLLM's provider map is process-global, so registering twice is a no-op.
 """
 
@@ -19,8 +19,8 @@ def register_own_providers() -> None:
         return
     # imported here: the providers pull in every task family, which a client of a hosted model never needs
     from agents.flawed.provider import FlawedLLM
-    from agents.oracle_provider import OracleLLM
-    from agents.showwork_provider import ShowWorkLLM
+    from agents.providers.oracle import OracleLLM
+    from agents.providers.showwork import ShowWorkLLM
 
     litellm.custom_provider_map = [*(litellm.custom_provider_map or []), {"provider": "oracle", "custom_handler": OracleLLM()},
                                    {"provider": "flawed", "custom_handler": FlawedLLM()},

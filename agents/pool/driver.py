@@ -50,7 +50,7 @@ import ray.exceptions
 from pydantic import BaseModel, ConfigDict
 
 from agents.jobs import Limits, RolloutJob
-from agents.pool_actor import JobTiming, RolloutActor, error_trajectory
+from agents.pool.actor import JobTiming, RolloutActor, error_trajectory
 from agents.records import Trajectory
 
 # For a Ray this process starts: workers at the default priority, not Ray's nice 15. Rollout actors only
