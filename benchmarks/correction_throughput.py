@@ -1,6 +1,6 @@
 """Corrections per minute on the micro student M0: in-process episodes vs the round's Ray pool, same sources.
 
-    .venv/bin/python benchmarks/correction_throughput.py --instances 5 --samples 2 --concurrency 8 --actors 2
+    .venv/bin/python benchmarks/correction_throughput.py --instances 5 --samples 2 --actors 2
 
 1. M0 (deploy/micro) is served by one vLLM CPU server (started here); it samples --samples rollouts of each of
    the first --instances train instances of every --family under h0 (T=0.7), as the round's arm_data does.
@@ -8,8 +8,8 @@
    round's embedded settings: counterfactual locator (oracle probes), the SIMULATED `showwork/<family>`
    rewrite (N=3), verifier_replay with 1 student replay per candidate, keep 'improved':
    - `in-process` (the stage before it ran on the pool): `local_rollouts(4)`, 2 sources at a time;
-   - `ray-pool`: `pool_rollouts` on a `RolloutPool` (--actors, 8 episodes in flight per server), sources
-     --concurrency at a time.
+   - `ray-pool`: `pool_rollouts` on a `RolloutPool` (--actors, --in-flight episodes per server), sources
+     --concurrency at a time (both default to local.yaml's 32).
 3. Per arm: wall seconds, corrections kept and sources per minute, and the share of episode time in student
    model calls (`student-replay`), expert calls (locator probes + rewrites; a simulated provider's "call" is
    its own policy work) and the rest (environment setup, prefix replay, tool calls, verify).
@@ -67,7 +67,7 @@ def one_arm(name: str, trajs: list[Trajectory], config: CorrectionConfig, args: 
     if name == "ray-pool":
         from agents.pool.driver import RolloutPool
 
-        with RolloutPool(args.actors, num_cpus=2, concurrency_per_server=8) as pool, \
+        with RolloutPool(args.actors, num_cpus=2, concurrency_per_server=args.in_flight) as pool, \
                 ThreadPoolExecutor(args.concurrency) as threads:
             result = correct_run(store, trajs, harnesses, config, run=pool_rollouts(pool, threads))
     else:
@@ -86,7 +86,10 @@ def main() -> None:
     ap.add_argument("--family", action="append", help="Repeatable; default: M0's three families.")
     ap.add_argument("--instances", type=int, default=5, help="First N train instances per family.")
     ap.add_argument("--samples", type=int, default=2, help="M0 samples per instance.")
-    ap.add_argument("--concurrency", type=int, default=8, help="Sources corrected at once.")
+    ap.add_argument("--concurrency", type=int, default=32, help="Sources corrected at once on the pool "
+                    "(local.yaml's round.correction.concurrency).")
+    ap.add_argument("--in-flight", type=int, default=32, help="Episodes in flight per server on the pool "
+                    "(local.yaml's ray.concurrency_per_server).")
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--port", type=int, default=8137)
     args = ap.parse_args()
