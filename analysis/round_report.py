@@ -31,7 +31,8 @@ DELTAS: list[tuple[str, str, str]] = [
     ("expert.hstar", "expert.h0", "expert gains on h* (expert h* - h0)"),
     ("imit_h0.h0", "M_t.h0", "imitation under h0 (imit h0 - M_t h0)"),
     ("imit.hstar", "M_t.hstar", "imitation under h* (imit h* - M_t h*)"),
-    ("corr.hstar", "M_t.hstar", "correction under h* (corr h* - M_t h*)")]
+    ("corr.hstar", "M_t.hstar", "correction under h* (corr h* - M_t h*)"),
+    ("corr.hstar", "imit.hstar", "correction vs imitation (corr h* - imit h*)")]
 
 
 class RoundPage(BaseModel):

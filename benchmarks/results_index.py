@@ -84,6 +84,11 @@ def _correction_ablation(rows: list) -> str:
     return head + "; ".join(parts) if parts else f"{len(rows)} records"
 
 
+def _correction_throughput(d: dict) -> str:
+    return f"{d['failing']} failing of {d['samples']} samples; " + "; ".join(
+        f"{a['arm']} {_n(a['sources_per_min'])} corrected / {_n(a['kept_per_min'])} kept per min" for a in d["arms"])
+
+
 def _decode_limit(d: dict) -> str:
     """tok/s of the transformers peer and of each vLLM server run, grouped by the server's max_lora_rank."""
     by_rank: dict[Any, list[str]] = {}
@@ -150,7 +155,7 @@ def _written_tests_cost(rows: list) -> str:
 
 EXTRACTORS: dict[str, Callable[[Any], str]] = {
     "browser_rollout": _browser_rollout, "client_cpu": _client_cpu, "correction_ablation": _correction_ablation,
-    "decode_limit": _decode_limit, "evolution_flawed": _evolution, "evolution_micro": _evolution,
+    "correction_throughput": _correction_throughput,    "decode_limit": _decode_limit, "evolution_flawed": _evolution, "evolution_micro": _evolution,
     "evolution_micro3": _evolution, "gpu_check": _gpu_check, "rollout_throughput": _rollout_throughput,
     "round_profile": _round_profile, "storage": _storage, "train_throughput": _train_throughput,
     "written_tests_cost": _written_tests_cost,
