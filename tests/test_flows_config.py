@@ -293,3 +293,18 @@ def test_a_pair_and_the_rollout_command_plan_through_one_spec(tmp_path: Path) ->
     with_adapter = parse_config({**_base(tmp_path), "adapters": [{"name": "student@r1", "path": "x", "server": "tiny"}],
                                  "evaluation": {"pairs": [{"model": "student", "adapter": "student@r1"}]}})
     assert pair_spec(with_adapter, with_adapter.evaluation.pairs[0]).model.model == "hosted_vllm/student@r1"
+
+
+def test_a_run_stored_before_the_lora_move_still_loads_with_its_settings(tmp_path: Path) -> None:
+    """`round.lora` / `round.length` in a run's stored config (written before they moved to the top level) are read
+    there, so the run resumes with the settings it trained with; a user's config in the old layout is refused."""
+    config = load_config(REPO / "deploy/configs/local.yaml")
+    old = config.model_dump(mode="json")
+    old["round"]["lora"], old["round"]["length"] = old.pop("lora"), old.pop("length")
+    with pytest.raises(ConfigError, match=r"round\.lora: the training settings have one home"):
+        parse_config(old)
+    store = RunStore(tmp_path, "old-run")
+    store.save_config(old)
+    again = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
+    assert again.lora == config.lora and again.length == config.length
+    assert (again.lora.epochs, again.lora.seeds, again.length.max_len) == (1, 1, 16384)  # local.yaml's, not defaults
