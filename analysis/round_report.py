@@ -104,7 +104,8 @@ def round_markdown(page: RoundPage) -> str:
               "Base rows: SEM over evaluation seeds; trained arms: SEM over training seeds.\n",
               markdown_table(main_table(frame)),
               "\n## Paired deltas (bootstrap over instances; * = CI excludes 0)\n", markdown_table(delta_rows(frame, page.n_boot))]
-    parts += ["\n## Harness search (validation mean h0 -> h*)\n", markdown_table(page.search),
+    parts += ["\n## Harness search (validation mean h0 -> h*)\n",
+              markdown_table(page.search or [{"search": "(the harness search did not run in this round)"}]),
               "\n## Accepted harness edits\n", markdown_table(page.edits or [{"edit": "(none accepted)"}])]
     parts += ["\n## Correction data (train split)\n", page.corrections_note,
               markdown_table(page.corrections or [{"corrections": "(the correction arm did not run)"}])]

@@ -327,6 +327,11 @@ class RunConfig(BaseModel):
         if clash:
             raise ValueError(f"training.adapter_name: its pair name '{clash[0]}' is taken by another evaluation pair")
 
+    @property
+    def trains(self) -> bool:
+        """Whether the run trains LoRA adapters (a `training:` section, or a round that runs its train stage)."""
+        return self.training is not None or (self.round is not None and "train" in self.round.stages)
+
     def is_trained_pair(self, pair: EvalPair) -> bool:
         """A pair that calls the adapter the `training` section makes: it can only run after training."""
         return self.training is not None and pair.adapter == self.training.adapter_name

@@ -120,7 +120,7 @@ def check_window(config: RunConfig, i: int, spec: Any, facts: ModelFacts, model_
     elif spec.max_model_len:
         out.append(Finding(level="ok", key=key, text=f"{spec.max_model_len} <= the model's window {facts.window} "
                                                      f"({facts.window_from}; rope scaling {facts.rope})"))
-    length = config.length if config.round or config.training else None
+    length = config.length if config.trains else None
     if length is not None and length.raised_max_len > facts.window:
         out.append(Finding(level="refused", key="length.max_len", text=(
             f"{length.max_len}, raised 2x to {length.raised_max_len} when >{length.raise_above:.0%} of the "
@@ -169,7 +169,7 @@ def check_servers(config: RunConfig, root: Path, facts: ModelFacts) -> list[Find
 
 
 def check_lora(config: RunConfig, key: str, meta: Any) -> list[Finding]:
-    if config.round is None and config.training is None:
+    if not config.trains:
         return []
     lora, sec = config.lora, "lora"
     arch = type(meta).__name__
@@ -252,7 +252,7 @@ def check_roles(config: RunConfig, keys: bool) -> list[Finding]:
 
 
 def check_yield(config: RunConfig, pass_rate: float) -> list[Finding]:
-    if config.round is None or "corr" not in config.round.arms:
+    if config.round is None or "corr" not in config.round.arms or "arm_data" not in config.round.stages:
         return []
     rollouts, failures, asked = yield_estimate(config, pass_rate)
     r = config.round

@@ -182,9 +182,9 @@ def check_placement(config: RunConfig, root: Path, gpu_count: int | None = None)
                               f"{gpus[g][0]} is placed on it")
     lines = ["placement (GPU id: what runs there; each process gets its CUDA_VISIBLE_DEVICES):"]
     lines += [f"  GPU {g}: {'; '.join(gpus[g])}" for g in sorted(gpus)] or ["  no GPU placed"]
-    if student and config.round is not None:
+    if student and config.round is not None and config.trains:
         lines.append(f"  during train: server {student} {DURING_TEXT[mode]}")
-    lines += train_line
+    lines += train_line if config.trains else []
     return PlacementReport(gpus=dict(gpus), lines=lines, errors=errors, warnings=warnings)
 
 

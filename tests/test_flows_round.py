@@ -160,6 +160,32 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     print(f"round test: first run {first_s:.0f} s")  # noqa: T201 - the figure docs/flows.md quotes
 
 
+@pytest.mark.vllm
+def test_an_evaluation_only_round_runs_its_stages_and_nothing_else(
+        tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, prefect_harness: None) -> None:
+    """`round.stages: [evaluate_h0, attribute, report]` (deploy/configs/local_eval.yaml's shape): M_t and the expert on
+    h0, attributed and reported; no search, data, training or gate, and a second round is not started."""
+    raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+    raw["round"]["stages"] = ["evaluate_h0", "attribute", "report"]
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg), "--rounds", "2"])
+    assert result.exit_code == 0, result.output
+    assert "runs only evaluate_h0, attribute, report" in " ".join(result.output.split())
+    runs = tmp_path / "runs"
+    (run_id,) = list_runs(runs)
+    t = raw["round"]["index"]
+    assert set(_round_state(runs, run_id, t)) == {"evaluate_h0", "attribute", "report"}
+    assert not (runs / run_id / "rounds" / f"r{t + 1}").exists()
+    r0 = runs / run_id / "rounds" / f"r{t}"
+    assert not (r0 / "adapters").exists() or not any((r0 / "adapters").iterdir())
+    report = (r0 / "reports" / "report.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in report.splitlines() if line.startswith("| ")}
+    assert "–" not in rows["M_t on h0"] and "–" not in rows["expert on h0"]  # evaluated
+    assert rows["M_t on h*"].count("–") == 2 and rows["correction on h*"].count("–") == 2  # not run: one per column
+    assert "the harness search did not run" in report and "the gate has not run" in report
+
+
 def _run_stopped(tmp_path: Path, raw: dict, exit_code: int) -> tuple[str, str, dict, Path]:
     """Run the config, which must stop with `exit_code`, name how to resume and release its lock.
     Returns (run id, the output on one line, the round's stage records, the config file)."""

@@ -4,6 +4,9 @@ A config with `round:` is run by `flows/round/flow.py:coevolution_round`; withou
 evaluation flow (flows/evaluation/flow.py). The test split, its size and the evaluation seeds come from the run's
 `evaluation:` section (`split`, `n_instances`, `seeds`, `bootstrap_samples`); its `pairs` are not used by a
 round, which evaluates its own pairs (M_t and the expert on h0 and h*_t, and the trained arms).
+
+`stages` picks which of the round's stages run (default: all); the evaluation-only job is the round
+[evaluate_h0, attribute, report] (deploy/configs/local_eval.yaml). `NEEDS` says what each stage reads.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr")
 ARM_SUFFIX: dict[str, str] = {"imit_h0": "imit-h0", "imit": "imit", "corr": "corr"}
 STAGES: list[str] = ["evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train", "evaluate_arms", "attribute",
                      "gate", "report"]
+# What a stage reads from the stages before it: a round that runs a subset (`round.stages`) must include these.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "evaluate_h_star": ("evolve",), "arm_data": ("evolve",), "train": ("arm_data",),
+    "evaluate_arms": ("train",), "gate": ("train", "evaluate_arms"), "report": ()}
+EVALUATION_ONLY = ["evaluate_h0", "attribute", "report"]
 
 
 class SearchSettings(BaseModel):
@@ -163,6 +171,11 @@ class RoundConfig(BaseModel):
                                           "root, or absolute): the train stage runs `accelerate launch` with it "
                                           "(multi-GPU or multi-process LoRA; checked by --dry-run against the "
                                           "servers); unset, LoRA trains in the flow's process.")
+    stages: list[str] = Field(default_factory=lambda: list(STAGES), description="The stages this round runs, in "
+                              "order (default: all). A subset must hold what its stages read: e.g. the evaluation-only "
+                              "job [evaluate_h0, attribute, report] (M_t and the expert on h0, attributed, reported), "
+                              "or a search without training [evaluate_h0, evolve, evaluate_h_star, attribute, report]. "
+                              "A round without `gate` promotes nothing and is the run's only round.")
     est_rollout_s: dict[str, float] = Field(default_factory=dict, description="Seconds per rollout by model prefix "
                                             "for the --dry-run estimate (defaults in flows/round/plan.py).")
     stage_timeout_s: dict[str, float] = Field(
@@ -178,6 +191,22 @@ class RoundConfig(BaseModel):
                 raise ValueError(f"unknown stage '{name}'; stages: {', '.join(STAGES)}")
             if not seconds > 0:
                 raise ValueError(f"stage '{name}': timeout must be > 0 seconds, got {seconds}")
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: list[str]) -> list[str]:
+        unknown = [s for s in v if s not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown stage '{unknown[0]}'; stages: {', '.join(STAGES)}")
+        if not v or v != [s for s in STAGES if s in v]:
+            raise ValueError(f"give the stages once each, in the round's order ({', '.join(STAGES)})")
+        for s in v:
+            missing = [n for n in NEEDS.get(s, ()) if n not in v]
+            if missing:
+                raise ValueError(f"'{s}' reads what '{missing[0]}' makes; add '{missing[0]}' (or drop '{s}')")
+        if "attribute" in v and not any(s.startswith("evaluate") for s in v):
+            raise ValueError("'attribute' needs an evaluation stage (evaluate_h0, evaluate_h_star or evaluate_arms)")
         return v
 
     @field_validator("arms")

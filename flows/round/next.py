@@ -28,6 +28,9 @@ def first_state(config: RunConfig, run: RunStore, base: Path) -> tuple[RoundStat
 def repeats(ctx: RoundContext) -> str | None:
     """Why round t+1 would repeat round t (not promoted, no accepted edit in any family), or None when it would not."""
     done = ctx.store.done("round")
+    if "gate" not in ctx.r.stages or "evolve" not in ctx.r.stages:
+        return (f"round {ctx.t} runs only {', '.join(ctx.r.stages)}: without a gate and a search nothing changes "
+                f"for round {ctx.t + 1}, so the run stops after round {ctx.t}")
     gate, evolve = done["gate"]["output"], done["evolve"]["output"]
     if gate["promoted"] or any(f["accepted_edits"] for f in evolve["families"].values()):
         return None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.records import ModelRole
 from flows.config import RunConfig
 from flows.placement import check_lora_serving, check_placement
-from flows.round.config import STAGES, RoundConfig
+from flows.round.config import RoundConfig
 from training.targets import model_layout
 from flows.round.context import correction_expert
 
@@ -70,7 +70,7 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
     gate_n = F * _n(r.gate.val_instances, 20) * r.gate.val_seeds * (1 + seeds) if "corr" in arms else 0
     reflector_calls = 0 if r.search.reflector == "library" else \
         F * r.search.seeds * math.ceil(r.search.budget_rollouts / max(r.search.minibatch_size, 1))
-    return [
+    plans = [
         StagePlan(stage="evaluate_h0", rollouts={"student": test, "expert": test}),
         StagePlan(stage="evolve", rollouts={"student": F * r.search.seeds * r.search.budget_rollouts,
                                             "reflector (model calls)": reflector_calls},
@@ -85,6 +85,7 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
         StagePlan(stage="gate", rollouts={"student": gate_n}, note="val split: M_t + each correction seed"),
         StagePlan(stage="report"),
     ]
+    return [p for p in plans if p.stage in r.stages]
 
 
 def _role_s(config: RunConfig, role: ModelRole) -> tuple[float, int]:
@@ -150,7 +151,7 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
         if (root / spec.model).resolve() != (root / r.student_weights).resolve():
             errors.append(f"round.student_weights: '{r.student_weights}' is not the model the student's server "
                           f"'{spec.name}' serves ('{spec.model}'): adapters would be trained on other weights")
-        if spec.max_model_len is not None and spec.max_model_len < config.length.max_len:
+        if config.trains and spec.max_model_len is not None and spec.max_model_len < config.length.max_len:
             warnings.append(f"servers.{spec.name}.max_model_len {spec.max_model_len} < length.max_len "
                             f"{config.length.max_len}: evaluated contexts are shorter than trained ones")
     if r.accelerate_config and (root / r.accelerate_config).is_file():
@@ -231,10 +232,11 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
              or ModelRole(model=r.correction.locator_expert),
              "reflector (model calls)": config.models.get("reflector")}
     lines = [f"round config: {len(config.family_names())} families ({', '.join(config.family_names())}); test "
-             f"{config.evaluation.n_instances or 'all'} instances x {config.evaluation.seeds} seeds; arms "
-             f"{', '.join(r.arms)}; {config.lora.seeds} training seed(s); search {r.search.seeds} seed(s) x "
-             f"{r.search.budget_rollouts} evaluations ({r.search.reflector}); rounds {rounds}",
-             f"stages: serve -> {' -> '.join(STAGES)}"]
+             f"{config.evaluation.n_instances or 'all'} instances x {config.evaluation.seeds} seeds"
+             + (f"; arms {', '.join(r.arms)}; {config.lora.seeds} training seed(s)" if config.trains else "")
+             + (f"; search {r.search.seeds} seed(s) x {r.search.budget_rollouts} evaluations ({r.search.reflector})"
+                if "evolve" in r.stages else "") + f"; rounds {rounds}",
+             f"stages: serve -> {' -> '.join(r.stages)}"]
     total_s, cost, unknown = 0.0, 0.0, set()
     for p in plans:
         parts = [f"{k} {v}" for k, v in p.rollouts.items() if v]
@@ -262,8 +264,9 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     ex = min(r.data.corrections + r.data.self_successes, len(config.family_names()) * _n(r.data.instances, 20)
              * max(r.data.student_samples, r.data.expert_seeds))
     total_s += lora * ex * config.lora.epochs * LORA_S_PER_EXAMPLE[spec.device if spec else "cpu"]
-    lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {config.lora.epochs} epochs each"
-                 + ("; experts adapted too" if config.lora.target_experts else "") + ")")
+    if config.trains:
+        lines.append(f"LoRA runs per round: {lora} (<= {ex} examples x {config.lora.epochs} epochs each"
+                     + ("; experts adapted too" if config.lora.target_experts else "") + ")")
     lines += check_placement(config, root).lines
     lines += _doctor(config, root, errors)
     lines.append(f"estimate per round (rough): {total_s / 60:.0f} min wall; x{rounds} rounds = {rounds * total_s / 3600:.1f} h")

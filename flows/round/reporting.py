@@ -74,13 +74,16 @@ def _corrections(ctx: RoundContext, data: ArmDataRecord | None) -> tuple[list[di
     return list(arm.card.get("yield", [])), note + (f" {arm.reason}" if arm.reason else "")
 
 
-def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: EvolveRecord, attributed: AttributeRecord,
-                 gate: GateRecord, stages: list[dict[str, Any]], data: ArmDataRecord | None = None) -> ReportRecord:
+def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: EvolveRecord | None,
+                 attributed: AttributeRecord | None, gate: GateRecord | None, stages: list[dict[str, Any]],
+                 data: ArmDataRecord | None = None) -> ReportRecord:
+    """The round's page; a stage the round did not run (`round.stages`) leaves its section saying so."""
     frame = test_frame(ctx, tests)
+    families = evolved.families if evolved is not None else {}
     edits = [{"family": f, **{k: v for k, v in e.items() if k in ("op", "rationale", "val_mean", "in_h_star")}}
-             for f, s in evolved.families.items() for e in s.accepted_edits]
+             for f, s in families.items() for e in s.accepted_edits]
     search = [{"family": f, "h0 val": f"{s.h0_val:.3f}", "h* val": f"{s.best_val:.3f}", "h*": s.h_star_id,
-               "evaluations run": s.evaluations_run, "cached": s.evaluations_cached} for f, s in evolved.families.items()]
+               "evaluations run": s.evaluations_run, "cached": s.evaluations_cached} for f, s in families.items()]
     ev = ctx.config.evaluation
     corrections, corrections_note = _corrections(ctx, data)
     page = RoundPage(
@@ -88,13 +91,14 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
         meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model, "start harness": ctx.state.start_harness,
               "families": ", ".join(ctx.families()), "test split": f"{ev.split}, {ev.n_instances or 'all'} instances x "
               f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
-              "training seeds": ctx.config.lora.seeds, "attributor": attributed.attributor},
-        frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections], edits=edits, search=search,
-        gate=gate.model_dump(), stages=stages, notes=_notes(ctx), n_boot=ev.bootstrap_samples,
-        corrections=corrections, corrections_note=corrections_note)
+              "training seeds": ctx.config.lora.seeds if "train" in ctx.r.stages else "-",
+              "attributor": attributed.attributor if attributed is not None else "-", "stages": ", ".join(ctx.r.stages)},
+        frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections] if attributed is not None else [],
+        edits=edits, search=search, gate=gate.model_dump() if gate is not None else {}, stages=stages,
+        notes=_notes(ctx), n_boot=ev.bootstrap_samples, corrections=corrections, corrections_note=corrections_note)
     md = round_markdown(page)
     out = ctx.store.root / "reports"
-    sections = [ReportSection(**s.model_dump()) for s in attributed.sections]
+    sections = [ReportSection(**s.model_dump()) for s in attributed.sections] if attributed is not None else []
     order = list(grouped(tests))
     plots = {k: str(v) for k, v in write_section_plots(sections, out, order).items()}
     path = out / "report.md"

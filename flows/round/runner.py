@@ -54,6 +54,8 @@ def fingerprint(ctx: RoundContext) -> str:
     data = ctx.config.model_dump(mode="json", exclude=NOT_IN_KEY)
     for k in ("budget_usd", "est_rollout_s", "accelerate_config", "stage_timeout_s", "placement"):
         data["round"].pop(k, None)
+    if data["round"]["stages"] == STAGES:  # every stage = the round before the field existed: same key
+        data["round"].pop("stages")
     # the training settings keyed where they lived before their one home moved to the top level: same key
     data["round"]["lora"], data["round"]["length"] = data.pop("lora"), data.pop("length")
     if not data["round"]["lora"].get("target_experts"):  # off = the recipe before the field existed: same key
@@ -92,7 +94,8 @@ class StageRunner:
     def _body(self, name: str) -> Callable[[], BaseModel]:
         ctx, r = self.ctx, self.records
         h_star = lambda: r["evolve"].h_star_dir  # noqa: E731
-        tests = lambda: {**r["evaluate_h0"].pairs, **r["evaluate_h_star"].pairs, **r["evaluate_arms"].pairs}  # noqa: E731
+        tests = lambda: {k: v for s in ("evaluate_h0", "evaluate_h_star", "evaluate_arms") if s in r  # noqa: E731
+                         for k, v in r[s].pairs.items()}
         bodies: dict[str, Callable[[], BaseModel]] = {
             "evaluate_h0": lambda: rs.evaluate_base(ctx, "h0", "baseline"),
             "evolve": lambda: rs.evolve(ctx),
@@ -102,7 +105,7 @@ class StageRunner:
             "evaluate_arms": lambda: rs.evaluate_arms(ctx, r["train"], h_star()),
             "attribute": lambda: rs.attribute(ctx, tests()),
             "gate": lambda: gate(ctx, h_star(), r["train"], tests()),
-            "report": lambda: build_report(ctx, tests(), r["evolve"], r["attribute"], r["gate"], self.log,
+            "report": lambda: build_report(ctx, tests(), r.get("evolve"), r.get("attribute"), r.get("gate"), self.log,
                                            r.get("arm_data")),
         }
         return bodies[name]
