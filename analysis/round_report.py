@@ -27,6 +27,7 @@ MAIN_ROWS: list[tuple[str, str]] = [
     ("M_t.h0", "M_t on h0"), ("M_t.hstar", "M_t on h*"), ("expert.h0", "expert on h0"), ("expert.hstar", "expert on h*"),
     ("imit_h0.h0", "imitation on h0"), ("imit.hstar", "imitation on h*"), ("corr.hstar", "correction on h*")]
 DELTAS: list[tuple[str, str, str]] = [
+    ("expert.h0", "M_t.h0", "expert headroom on h0 (expert h0 - M_t h0)"),
     ("M_t.hstar", "M_t.h0", "evolved harness (M_t h* - h0)"),
     ("expert.hstar", "expert.h0", "expert gains on h* (expert h* - h0)"),
     ("imit_h0.h0", "M_t.h0", "imitation under h0 (imit h0 - M_t h0)"),

@@ -181,9 +181,10 @@ def test_an_evaluation_only_round_runs_its_stages_and_nothing_else(
     assert not (r0 / "adapters").exists() or not any((r0 / "adapters").iterdir())
     report = (r0 / "reports" / "report.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in report.splitlines() if line.startswith("| ")}
-    assert "–" not in rows["M_t on h0"] and "–" not in rows["expert on h0"]  # evaluated
+    assert re.search(r"\| \d+\.\d", rows["M_t on h0"]) and re.search(r"\| \d+\.\d", rows["expert on h0"])  # evaluated
     assert rows["M_t on h*"].count("–") == 2 and rows["correction on h*"].count("–") == 2  # not run: one per column
     assert "the harness search did not run" in report and "the gate has not run" in report
+    assert "library reflector" not in report  # no search: no note about it
 
 
 def _run_stopped(tmp_path: Path, raw: dict, exit_code: int) -> tuple[str, str, dict, Path]:

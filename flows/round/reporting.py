@@ -55,7 +55,7 @@ def _notes(ctx: RoundContext) -> list[str]:
         notes.append(f"The correction arm's rewrites come from {ctx.correction_expert().model}, imitation and "
                      f"evaluation from {ctx.expert().model}: an expert asked to solve writes its own plan; asked to "
                      "repair one turn, it should repair it in the student's form.")
-    if ctx.r.search.reflector == "library":
+    if ctx.r.search.reflector == "library" and "evolve" in ctx.r.stages:
         notes.append("The library reflector draws on per-family knowledge cards that share keys with the flawed "
                      "policy's knowledge items: the search here tests the machinery, not the method.")
     return notes
