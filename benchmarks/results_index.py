@@ -155,8 +155,9 @@ def _written_tests_cost(rows: list) -> str:
 
 EXTRACTORS: dict[str, Callable[[Any], str]] = {
     "browser_rollout": _browser_rollout, "client_cpu": _client_cpu, "correction_ablation": _correction_ablation,
-    "correction_throughput": _correction_throughput,    "decode_limit": _decode_limit, "evolution_flawed": _evolution, "evolution_micro": _evolution,
-    "evolution_micro3": _evolution, "gpu_check": _gpu_check, "rollout_throughput": _rollout_throughput,
+    "correction_throughput": _correction_throughput, "decode_limit": _decode_limit, "evolution_flawed": _evolution,
+    "evolution_micro": _evolution, "evolution_micro3": _evolution, "gpu_check": _gpu_check,
+    "rollout_throughput": _rollout_throughput,
     "round_profile": _round_profile, "storage": _storage, "train_throughput": _train_throughput,
     "written_tests_cost": _written_tests_cost,
 }

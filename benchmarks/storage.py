@@ -53,7 +53,8 @@ from agents.jobs import Limits  # noqa: E402
 from agents.records import ModelRole, Trajectory  # noqa: E402
 from agents.rollout import run_episode  # noqa: E402
 from agents.token_ids import encode_prompt, next_base  # noqa: E402
-from agents.tables.trajectories import read_trajectories, to_frame, to_turn_frame, turns_path, write_trajectories  # noqa: E402
+from agents.tables.trajectories import (  # noqa: E402
+    read_trajectories, to_frame, to_turn_frame, turns_path, write_trajectories)
 from harness import ContextPolicy, Harness, baseline  # noqa: E402
 
 sys.path.append(str(REPO / "benchmarks"))

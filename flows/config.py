@@ -175,6 +175,15 @@ class RayConfig(BaseModel):
         return v
 
 
+def nested_training_settings(data: Any) -> list[tuple[str, str]]:
+    """(section, key) of each training setting (`lora`, `length`) a raw config still nests under `round:` or
+    `training:`, where they lived before their one home moved to the top level."""
+    if not isinstance(data, dict):
+        return []
+    return [(section, key) for section in ("round", "training") if isinstance(data.get(section), dict)
+            for key in ("lora", "length") if key in data[section]]
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # errors never echo a value (a key)
 
@@ -208,13 +217,11 @@ class RunConfig(BaseModel):
     @classmethod
     def _one_lora_home(cls, data: Any) -> Any:
         """`lora:` and `length:` live at the top level only; a section that still carries them is named."""
-        if isinstance(data, dict):
-            for section in ("round", "training"):
-                sub = data.get(section)
-                for key in ("lora", "length"):
-                    if isinstance(sub, dict) and key in sub:
-                        raise ValueError(f"{section}.{key}: the training settings have one home, the top-level "
-                                         f"`{key}:`; move this block there (one level up, out of `{section}:`)")
+        found = nested_training_settings(data)
+        if found:
+            section, key = found[0]
+            raise ValueError(f"{section}.{key}: the training settings have one home, the top-level `{key}:`; move "
+                             f"this block there (one level up, out of `{section}:`)")
         return data
 
     @field_validator("families")
@@ -271,12 +278,16 @@ class RunConfig(BaseModel):
         if role.provider != "hosted_vllm" or not role.api_base:
             raise ValueError(f"round.student: '{r.student}' is '{role.model}'; the round trains and hot-loads "
                              "adapters, so M_t must be a hosted_vllm model with an api_base")
+        self._check_lora_rank(role)
+        if self.training is not None:
+            raise ValueError("training: a round config trains its own arms (with `lora:`); remove `training`")
+
+    def _check_lora_rank(self, role: ModelRole) -> None:
+        """The adapters `lora:` trains must fit the server that hot-loads them for `role` (when the run manages it)."""
         spec = self.server_for(role)
         if spec is not None and self.lora.rank > spec.max_lora_rank:
             raise ValueError(f"lora.rank: {self.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
                              f"'{spec.name}'")
-        if self.training is not None:
-            raise ValueError("training: a round config trains its own arms (with `lora:`); remove `training`")
 
     def _check_server_keys(self) -> None:
         """A role calling a managed server that requires a key must name the same key variable."""
@@ -318,10 +329,7 @@ class RunConfig(BaseModel):
                              "URL (…/v1)")
         if t.adapter_name in {a.name for a in self.adapters}:
             raise ValueError(f"training.adapter_name: '{t.adapter_name}' is already listed under `adapters`")
-        spec = self.server_for(role)
-        if spec is not None and self.lora.rank > spec.max_lora_rank:
-            raise ValueError(f"lora.rank: {self.lora.rank} > max_lora_rank {spec.max_lora_rank} of server "
-                             f"'{spec.name}'")
+        self._check_lora_rank(role)
         name = t.adapter_pair().name
         clash = [p.name for p in self.evaluation.pairs if p.name == name and not self.is_trained_pair(p)]
         if clash:

@@ -171,7 +171,7 @@ def check_servers(config: RunConfig, root: Path, facts: ModelFacts) -> list[Find
 def check_lora(config: RunConfig, key: str, meta: Any) -> list[Finding]:
     if not config.trains:
         return []
-    lora, sec = config.lora, "lora"
+    lora, sec = config.lora, "lora"  # the section the findings name
     arch = type(meta).__name__
     try:
         kinds, share, missing = lora_cover(meta, lora)

@@ -205,7 +205,8 @@ def check_lora_serving(config: RunConfig, root: Path) -> tuple[list[str], list[s
     jobs = []
     if config.round is not None:
         r = config.round
-        jobs.append(("round", config.server_for(config.models[r.student]), r.student_weights, config.lora.target_experts))
+        jobs.append(("round", config.server_for(config.models[r.student]), r.student_weights,
+                     config.lora.target_experts))
     if config.training is not None:
         t = config.training
         jobs.append(("training", config.server_for(config.models[t.role]), t.base_model, config.lora.target_experts))

@@ -26,6 +26,7 @@ import polars as pl
 import yaml
 
 from agents.records import Trajectory
+from flows.config import nested_training_settings
 from agents.tables.trajectories import read_frame, read_trajectories, read_turn_frame, write_trajectories
 from harness.program import Harness
 
@@ -97,11 +98,8 @@ class RunStore:
         """The stored config; one stored before the training settings moved to the top level (`round.lora`,
         `training.length`, ...) is read with them moved there, so an older run still resumes."""
         raw = yaml.safe_load((self.root / "config.yaml").read_text())
-        for section in ("round", "training"):
-            sub = raw.get(section) if isinstance(raw, dict) else None
-            for key in ("lora", "length"):
-                if isinstance(sub, dict) and key in sub:
-                    raw.setdefault(key, sub.pop(key))
+        for section, key in nested_training_settings(raw):
+            raw.setdefault(key, raw[section].pop(key))
         return raw
 
     # --- trajectories -------------------------------------------------------------------------

@@ -70,7 +70,8 @@ def example_tools(tools: list[dict[str, Any]] | None) -> frozenset[str]:
 
 
 class FlawedLLM(CustomLLM):
-    """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by agents.providers.registry)."""
+    """LiteLLM handler for `flawed/<family>@<profile>` models (one per process, registered by
+    agents.providers.registry)."""
 
     def __init__(self, max_live_envs: int = 8) -> None:
         super().__init__()

@@ -46,7 +46,8 @@ def repair_action(fam: Family, env: Environment, history: list[Step]) -> ToolCal
 
 
 class ShowWorkLLM(OracleLLM):
-    """LiteLLM handler for `showwork/<family>` models (registered by agents.providers.registry with the other providers)."""
+    """LiteLLM handler for `showwork/<family>` models (registered by agents.providers.registry with the other
+    providers)."""
 
     provider = PROVIDER
 

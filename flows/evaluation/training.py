@@ -77,7 +77,8 @@ def _fit(config: RunConfig, store: RunStore, repo_root: Path, seeds: list[int] |
     def rows() -> list[Trajectory]:  # read only when the dataset is built
         return check_no_leakage(store.read_chunks(IMITATION_STAGE, [key]), f"training set of {t.adapter_name}")
 
-    result = fit(rows, (repo_root / t.base_model).resolve(), store.root / "adapters" / t.adapter_name, config.lora, config.length,
+    result = fit(rows, (repo_root / t.base_model).resolve(), store.root / "adapters" / t.adapter_name, config.lora,
+                 config.length,
                  key=(IMITATION_STAGE, key, DATA_FILTER), datasets=store.root / "datasets", mask=MASK,
                  chat_template=chat_template, template_kwargs=fixed, seeds=seeds, label=t.adapter_name,
                  show_progress=show_progress, conflict_hint="give `training.adapter_name` a new version (names are "

@@ -29,7 +29,6 @@ STAGES: list[str] = ["evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "tr
 NEEDS: dict[str, tuple[str, ...]] = {
     "evaluate_h_star": ("evolve",), "arm_data": ("evolve",), "train": ("arm_data",),
     "evaluate_arms": ("train",), "gate": ("train", "evaluate_arms"), "report": ()}
-EVALUATION_ONLY = ["evaluate_h0", "attribute", "report"]
 
 
 class SearchSettings(BaseModel):

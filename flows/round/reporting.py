@@ -91,8 +91,9 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
         meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model, "start harness": ctx.state.start_harness,
               "families": ", ".join(ctx.families()), "test split": f"{ev.split}, {ev.n_instances or 'all'} instances x "
               f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
-              "training seeds": ctx.config.lora.seeds if "train" in ctx.r.stages else "-",
-              "attributor": attributed.attributor if attributed is not None else "-", "stages": ", ".join(ctx.r.stages)},
+              "training seeds": ctx.config.lora.seeds if ctx.config.trains else "-",
+              "attributor": attributed.attributor if attributed is not None else "-",
+              "stages": ", ".join(ctx.r.stages)},
         frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections] if attributed is not None else [],
         edits=edits, search=search, gate=gate.model_dump() if gate is not None else {}, stages=stages,
         notes=_notes(ctx), n_boot=ev.bootstrap_samples, corrections=corrections, corrections_note=corrections_note)

@@ -70,7 +70,8 @@ def train_arm(ctx: RoundContext, s: ArmSet, template: tuple[Path | None, dict[st
     launch = Launch(accelerate_config=ctx.base / ctx.r.accelerate_config, cwd=ctx.base,
                     gpus=ctx.r.placement.train_gpus) if ctx.r.accelerate_config else None
     r = fit(lambda: read_set(ctx, s), Path(ctx.state.student_weights), ctx.store.root / "adapters" / s.arm,
-            ctx.config.lora, ctx.config.length, key=(s.arm, s.key), datasets=ctx.store.root / "datasets", prefix=f"{s.arm}-", mask=MASK,
+            ctx.config.lora, ctx.config.length, key=(s.arm, s.key), datasets=ctx.store.root / "datasets",
+            prefix=f"{s.arm}-", mask=MASK,
             chat_template=template[0], template_kwargs=template[1], launch=launch, label=s.arm,
             progress=functools.partial(_step_progress, s.arm), emit=run_emitter(log))
     return ArmTraining(arm=s.arm, harness=s.harness, dataset_dir=r.dataset_dir if r.stats.examples else "",
