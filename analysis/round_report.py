@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from collections.abc import Sequence
+
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,19 +51,23 @@ class RoundPage(BaseModel):
     corrections: list[dict[str, Any]] = Field(default_factory=list, description="The correction arm's yield per "
                                               "family and locator (correction.records.correction_yield).")
     corrections_note: str = Field(default="", description="The keep rule, or why the arm has no set.")
+    pairs: list[tuple[str, str]] = Field(default_factory=list, description="(group, label) of the configured "
+                                         "pairs evaluated beside the round's own (`evaluate_pairs`), in order.")
     stages: list[dict[str, Any]] = Field(default_factory=list, description="Per stage: status, wall s, cost USD.")
     notes: list[str] = Field(default_factory=list)
     n_boot: int = 2000
 
 
-def main_table(frame: pl.DataFrame) -> list[dict[str, str]]:
-    """Rows in MAIN_ROWS order (every row present; '–' where it did not run), columns = families + overall."""
+def main_table(frame: pl.DataFrame, pairs: Sequence[tuple[str, str]] = ()) -> list[dict[str, str]]:
+    """Rows in MAIN_ROWS order (every row present; '–' where it did not run), then the configured `pairs`
+    (group, label); columns = families + overall. Only `pairs` when none of the round's own rows ran."""
     present = set(frame["group"].unique().to_list()) if frame.height else set()
     table_in = frame.with_columns(pl.coalesce(pl.col("train_seed"), pl.col("seed")).alias("seed")) if frame.height else frame
     long = family_table(table_in, group="group") if frame.height else pl.DataFrame()
     fams = sorted(set(frame["family"].to_list())) + [OVERALL] if frame.height else [OVERALL]
     rows = []
-    for key, label in MAIN_ROWS:
+    own = [] if pairs and not present & {k for k, _ in MAIN_ROWS} else MAIN_ROWS
+    for key, label in [*own, *pairs]:
         row = {"row": label}
         for f in fams:
             hit = long.filter((pl.col("group") == key) & (pl.col("family") == f)) if key in present else pl.DataFrame()
@@ -103,7 +109,7 @@ def round_markdown(page: RoundPage) -> str:
     parts += ["", *[f"> {n}" for n in page.notes], ""]
     parts += ["## Main table (success %, mean ± SEM)\n",
               "Base rows: SEM over evaluation seeds; trained arms: SEM over training seeds.\n",
-              markdown_table(main_table(frame)),
+              markdown_table(main_table(frame, page.pairs)),
               "\n## Paired deltas (bootstrap over instances; * = CI excludes 0)\n", markdown_table(delta_rows(frame, page.n_boot))]
     parts += ["\n## Harness search (validation mean h0 -> h*)\n",
               markdown_table(page.search or [{"search": "(the harness search did not run in this round)"}]),

@@ -35,7 +35,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from agents.jobs import Limits, RolloutJob  # noqa: E402
 from agents.records import ModelRole, Trajectory  # noqa: E402
 from correction.runner import local_rollouts  # noqa: E402
-from flows.evaluation.correction import CorrectionConfig, correct_run, pool_rollouts  # noqa: E402
+from flows.round.correct import CorrectionConfig, correct_run, pool_rollouts  # noqa: E402
 from flows.store import RunStore  # noqa: E402
 from harness import baseline  # noqa: E402
 from results_io import save_results  # noqa: E402

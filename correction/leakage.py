@@ -2,8 +2,8 @@
 
     check_no_leakage(trajectories, what="imitation set")   # raises LeakageError, or returns them unchanged
 
-Every builder of a training set (imitation, correction, the student's own successes, the flows'
-`train_adapter` stage) calls it on the trajectories its rows come from. Allowed splits: `train` (instances
+Every builder of a training set (imitation, correction, the student's own successes, the round's
+`arm_data` stage) calls it on the trajectories its rows come from. Allowed splits: `train` (instances
 0-19) and `pretrain` (>= 1000). A row from `val` (harness selection) or `test` (the reported numbers)
 would let the adapter memorise the instances it is scored on: the error names every offending trajectory
 and instance, so nothing is built from them.

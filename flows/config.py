@@ -27,7 +27,7 @@ from analysis.attribution import parse_spec
 from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
 from flows.errors import ConfigError
-from flows.round.config import RoundConfig
+from flows.round.config import PAIRS_STAGES, RoundConfig
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
 from training.config import LengthRule, TrainConfig
@@ -93,10 +93,6 @@ class AttributionConfig(BaseModel):
     concurrency: int = Field(default=4, ge=1, description="Trajectories attributed at once.")
     bootstrap_samples: int = Field(default=2000, ge=100, description="Draws for the composition shifts' CIs.")
     seed: int = Field(default=0, description="Seed of the bootstrap.")
-    base_pair: str | None = Field(default=None, description="The base student's pair: the fit reference.")
-    expert_pair: str | None = Field(default=None, description="The expert's pair: the second fit reference.")
-    shifts: list[tuple[str, str]] = Field(default_factory=list, description="Pairs (a, b) whose composition "
-                                                                            "shift a -> b is reported.")
     fit: FitConfig = Field(default_factory=FitConfig)
 
     @field_validator("attributor")
@@ -106,12 +102,6 @@ class AttributionConfig(BaseModel):
             parse_spec(v)  # ValueError names the accepted forms
         return v
 
-    def pair_refs(self) -> list[tuple[str, str]]:
-        """(key, pair name) for every pair this section names, for the run config's cross-reference check."""
-        refs = [("base_pair", self.base_pair), ("expert_pair", self.expert_pair)]
-        refs += [(f"shifts.{i}", p) for i, pair in enumerate(self.shifts) for p in pair]
-        return [(k, p) for k, p in refs if p is not None]
-
 
 class AdapterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -119,38 +109,6 @@ class AdapterConfig(BaseModel):
     name: str = Field(description="Versioned served name, e.g. 'student@r1'.")
     path: str = Field(description="PEFT adapter directory.")
     server: str = Field(description="`name` of the server (under `servers`) that loads it.")
-
-
-class TrainingConfig(BaseModel):
-    """The `train_adapter` stage: LoRA-SFT of a role's model on the passed trajectories of one evaluated pair.
-
-    Imitation by default: train the student on the expert's successes, then evaluate the adapter like any pair.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    source_pair: str = Field(description="Name of an evaluation pair whose passed trajectories are the data.")
-    role: str = Field(default="student", description="Role (under `models`) whose server loads the adapter; the "
-                      "adapter pair is this role called under `adapter_name`.")
-    base_model: str = Field(description="The role's base model directory (tokenizer + weights to train on).")
-    adapter_name: str = Field(default="student@r1", pattern=r"^[A-Za-z0-9._@-]+$",
-                              description="Versioned served name (one name = one adapter; bump it to retrain).")
-    data_split: Literal["train", "pretrain"] = Field(
-        default="train", description="Split the training rollouts run on (the imitation_data stage): the source "
-                                     "pair's model and harness on its first data_instances; val and test are never "
-                                     "trained on (correction/leakage.py).")
-    data_instances: int | None = Field(default=None, gt=0, description="First N of data_split per family; null = "
-                                       "evaluation.n_instances.")
-    data_seeds: int | None = Field(default=None, gt=0, description="Seeds per instance; null = evaluation.seeds.")
-    self_success_role: str | None = Field(
-        default=None, description="Role (under `models`, e.g. the student) whose own successes under the source "
-                                  "pair's harness on data_split are mixed in, boundary instances first; null = none.")
-    self_successes: int = Field(default=50, ge=0, description="At most this many own successes (paper: ~50).")
-    evaluate_adapter: bool = Field(default=True, description="Add the pair (role, adapter_name) on the baseline "
-                                   "harness and evaluate it after training.")
-
-    def adapter_pair(self) -> EvalPair:
-        return EvalPair(model=self.role, adapter=self.adapter_name)
 
 
 class RayConfig(BaseModel):
@@ -184,6 +142,24 @@ def nested_training_settings(data: Any) -> list[tuple[str, str]]:
             for key in ("lora", "length") if key in data[section]]
 
 
+# Keys a run may have stored before they were removed (they no longer do anything), with their defaults.
+RETIRED: dict[str, dict[str, Any]] = {"": {"training": None},
+                                      "attribution": {"base_pair": None, "expert_pair": None, "shifts": []}}
+
+
+def read_forward(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config a run stored under an older layout, in today's: the training settings moved to the top level,
+    the retired keys (`RETIRED`) dropped, so an older run still resumes."""
+    for section, key in nested_training_settings(raw):
+        raw.setdefault(key, raw[section].pop(key))
+    for section, keys in RETIRED.items():
+        where = raw if not section else raw.get(section)
+        for key in keys:
+            if isinstance(where, dict):
+                where.pop(key, None)
+    return raw
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # errors never echo a value (a key)
 
@@ -201,17 +177,16 @@ class RunConfig(BaseModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT settings (training.config."
                               "TrainConfig: rank, epochs, lr, seeds, ...) of whatever the run trains: the round's arms "
-                              "(`seeds` = training seeds per arm) or the `training:` section's adapter. The defaults "
-                              "are the paper's recipe; `rank` must be at most the serving server's max_lora_rank.")
+                              "(`seeds` = training seeds per arm). The defaults are the paper's recipe; `rank` must be at most the serving server's max_lora_rank.")
     length: LengthRule = Field(default_factory=LengthRule, description="Sequence length of the training examples "
                                "(training.config.LengthRule): max_len, raised to 2x when more than raise_above of "
                                "the examples exceed it; longer examples are dropped and counted.")
-    training: TrainingConfig | None = Field(default=None, description="Train a LoRA adapter after the evaluation "
-                                            "pairs (train_adapter stage); null = evaluation only.")
     attribution: AttributionConfig | None = Field(default=None, description="Attribute the failing rollouts "
                                                   "after evaluation (attribute stage); null = no attribution.")
-    round: RoundConfig | None = Field(default=None, description="A co-evolution round (flows/round/flow.py); null = the "
-                                      "evaluation flow (evaluate the pairs, optionally train one adapter).")
+    round: RoundConfig = Field(default_factory=lambda: RoundConfig(stages=PAIRS_STAGES), description="The stages "
+                               "each round runs (flows/round/flow.py); absent or null = the round [evaluate_pairs, "
+                               "attribute, report]: the `evaluation.pairs` side by side (attribute when "
+                               "`attribution:` is on).")
 
     @model_validator(mode="before")
     @classmethod
@@ -222,6 +197,19 @@ class RunConfig(BaseModel):
             section, key = found[0]
             raise ValueError(f"{section}.{key}: the training settings have one home, the top-level `{key}:`; move "
                              f"this block there (one level up, out of `{section}:`)")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pairs_round(cls, data: Any) -> Any:
+        """No `round:` (or `round: null`): the round that evaluates `evaluation.pairs`, attributed when asked."""
+        if isinstance(data, dict) and data.get("training") is not None:
+            raise ValueError("training: removed; an imitation adapter is a round with `arms: [imit_h0]` "
+                             "(deploy/configs/local_train.yaml), trained with the top-level `lora:`")
+        if isinstance(data, dict) and data.get("round") is None:
+            a = data.get("attribution")
+            on = isinstance(a, dict) and a.get("enabled", True)
+            data = {**data, "round": {"stages": [s for s in PAIRS_STAGES if s != "attribute" or on]}}
         return data
 
     @field_validator("families")
@@ -243,15 +231,8 @@ class RunConfig(BaseModel):
             except (KeyError, IndexError, ValueError):
                 raise ValueError(f"models.{role}.model: '{m.model}' may only contain the placeholder {{family}}") from None
         for i, pair in enumerate(self.evaluation.pairs):
-            if pair.model not in self.models:
-                raise ValueError(
-                    f"evaluation.pairs.{i}.model: role '{pair.model}' is not defined under `models` "
-                    f"(defined: {', '.join(self.models) or 'none'})"
-                )
-            if pair.adapter is not None and pair.adapter not in {a.name for a in self.adapters} \
-                    and not self.is_trained_pair(pair):
-                raise ValueError(f"evaluation.pairs.{i}.adapter: '{pair.adapter}' is not listed under `adapters`"
-                                 + (" nor is it `training.adapter_name`" if self.training else ""))
+            if pair.adapter is not None and pair.adapter not in {a.name for a in self.adapters}:
+                raise ValueError(f"evaluation.pairs.{i}.adapter: '{pair.adapter}' is not listed under `adapters`")
         server_names = [s.name for s in self.servers]
         for i, a in enumerate(self.adapters):
             if a.server not in server_names:
@@ -259,28 +240,34 @@ class RunConfig(BaseModel):
         ports = [s.port for s in self.servers]
         if len(set(ports)) != len(ports):
             raise ValueError(f"servers: two servers share a port ({ports})")
-        if self.training is not None:
-            self._check_training(self.training)
         self._check_server_keys()
-        if self.attribution is not None:
-            self._check_attribution(self.attribution)
-        if self.round is not None:
-            self._check_round(self.round)
+        if self.attribution is not None and self.attribution.enabled and self.attribution.attributor == "judge" \
+                and "judge" not in self.models:
+            raise ValueError("attribution.attributor: 'judge' needs a `judge` role under `models` (or use judge:MODEL)")
+        self._check_round(self.round)
         return self
 
     def _check_round(self, r: RoundConfig) -> None:
+        if "evaluate_pairs" in r.stages:
+            for i, pair in enumerate(self.evaluation.pairs):
+                if pair.model not in self.models:
+                    raise ValueError(f"evaluation.pairs.{i}.model: role '{pair.model}' is not defined under `models` "
+                                     f"(defined: {', '.join(self.models) or 'none'})")
+        if "train" in r.stages and r.student_weights is None:
+            raise ValueError("round.student_weights: the train stage trains on M_t's weights; give their directory")
+        if not r.uses_roles:
+            return
         for key in ("student", "expert"):
             name = getattr(r, key)
             if name not in self.models:
                 raise ValueError(f"round.{key}: role '{name}' is not defined under `models` "
                                  f"(defined: {', '.join(self.models)})")
         role = self.models[r.student]
-        if role.provider != "hosted_vllm" or not role.api_base:
+        if "train" in r.stages and (role.provider != "hosted_vllm" or not role.api_base):
             raise ValueError(f"round.student: '{r.student}' is '{role.model}'; the round trains and hot-loads "
                              "adapters, so M_t must be a hosted_vllm model with an api_base")
-        self._check_lora_rank(role)
-        if self.training is not None:
-            raise ValueError("training: a round config trains its own arms (with `lora:`); remove `training`")
+        if "train" in r.stages:
+            self._check_lora_rank(role)
 
     def _check_lora_rank(self, role: ModelRole) -> None:
         """The adapters `lora:` trains must fit the server that hot-loads them for `role` (when the run manages it)."""
@@ -297,62 +284,10 @@ class RunConfig(BaseModel):
                 raise ValueError(f"models.{role_name}.api_key_env: server '{spec.name}' requires the key in "
                                  f"{spec.api_key_env}; set `api_key_env: {spec.api_key_env}` on this role")
 
-    def _check_attribution(self, a: AttributionConfig) -> None:
-        names = [p.name for p in self.evaluation.pairs]
-        if self.training is not None and self.training.evaluate_adapter:
-            names.append(self.training.adapter_pair().name)
-        for key, pair in a.pair_refs():
-            if pair not in names:
-                raise ValueError(f"attribution.{key}: '{pair}' is not an evaluation pair (pairs: {', '.join(names)})")
-        if a.enabled and a.attributor == "judge" and "judge" not in self.models:
-            raise ValueError("attribution.attributor: 'judge' needs a `judge` role under `models` (or use judge:MODEL)")
-
-    def _check_training(self, t: TrainingConfig) -> None:
-        sources = [p.name for p in self.evaluation.pairs if not self.is_trained_pair(p)]
-        if t.source_pair not in sources:
-            raise ValueError(f"training.source_pair: '{t.source_pair}' is not an evaluation pair "
-                             f"(pairs: {', '.join(sources)})")
-        if t.data_split == "pretrain" and (t.data_instances or self.evaluation.n_instances) is None:
-            raise ValueError("training.data_instances: the pretrain split is unbounded; set how many instances")
-        if t.self_success_role is not None and t.self_success_role not in self.models:
-            raise ValueError(f"training.self_success_role: role '{t.self_success_role}' is not defined under "
-                             f"`models` (defined: {', '.join(self.models)})")
-        if t.role not in self.models:
-            raise ValueError(f"training.role: role '{t.role}' is not defined under `models` "
-                             f"(defined: {', '.join(self.models)})")
-        role = self.models[t.role]
-        if role.provider != "hosted_vllm":
-            raise ValueError(f"training.role: '{t.role}' is '{role.model}'; only a hosted_vllm model can load "
-                             "an adapter")
-        if not role.api_base:
-            raise ValueError(f"models.{t.role}.api_base: the server that loads the trained adapter needs its "
-                             "URL (…/v1)")
-        if t.adapter_name in {a.name for a in self.adapters}:
-            raise ValueError(f"training.adapter_name: '{t.adapter_name}' is already listed under `adapters`")
-        self._check_lora_rank(role)
-        name = t.adapter_pair().name
-        clash = [p.name for p in self.evaluation.pairs if p.name == name and not self.is_trained_pair(p)]
-        if clash:
-            raise ValueError(f"training.adapter_name: its pair name '{clash[0]}' is taken by another evaluation pair")
-
     @property
     def trains(self) -> bool:
-        """Whether the run trains LoRA adapters (a `training:` section, or a round that runs its train stage)."""
-        return self.training is not None or (self.round is not None and "train" in self.round.stages)
-
-    def is_trained_pair(self, pair: EvalPair) -> bool:
-        """A pair that calls the adapter the `training` section makes: it can only run after training."""
-        return self.training is not None and pair.adapter == self.training.adapter_name
-
-    def with_adapter_pair(self) -> "RunConfig":
-        """This config with the trained adapter's pair appended (when `training.evaluate_adapter`); idempotent,
-        so a resumed run's stored config (which already has it) is unchanged. The report lists it like any pair."""
-        t = self.training
-        if t is None or not t.evaluate_adapter or any(self.is_trained_pair(p) for p in self.evaluation.pairs):
-            return self
-        data = self.model_dump(mode="json")
-        data["evaluation"]["pairs"].append(t.adapter_pair().model_dump(mode="json"))
-        return RunConfig.model_validate(data)
+        """Whether the run trains LoRA adapters (its round runs the train stage)."""
+        return "train" in self.round.stages
 
     def family_names(self) -> list[str]:
         return tasks.families() if self.families == ["all"] else list(self.families)
@@ -389,18 +324,13 @@ def preflight(config: RunConfig, repo_root: Path | None = None, model_checks: bo
     for i, a in enumerate(config.adapters):
         if not (root / a.path).exists():
             raise ConfigError(f"adapters.{i}.path: adapter directory '{a.path}' does not exist")
-    for i, pair in enumerate(config.evaluation.pairs):
+    for i, pair in enumerate(config.evaluation.pairs if "evaluate_pairs" in config.round.stages else []):
         if pair.harness != "baseline" and not (root / pair.harness).is_file():
             raise ConfigError(f"evaluation.pairs.{i}.harness: harness file '{pair.harness}' does not exist")
         role = config.models[pair.model]
         if role.provider == "hosted_vllm" and not role.api_base:
             raise ConfigError(f"models.{pair.model}.api_base: a hosted_vllm model needs the server URL (…/v1)")
-    if config.round is not None:
-        _preflight_round(config, root, tiny_out)
-    if config.training is not None:
-        tiny_ok = tiny_out is not None and (root / config.training.base_model).resolve() == tiny_out
-        if not (root / config.training.base_model).exists() and not tiny_ok:
-            raise ConfigError(f"training.base_model: model directory '{config.training.base_model}' does not exist")
+    _preflight_round(config, root, tiny_out)
     _check_key_variables(config)
     available = len(SPLIT_RANGES[config.evaluation.split])
     if config.evaluation.n_instances is not None and config.evaluation.n_instances > available:
@@ -414,9 +344,8 @@ def preflight(config: RunConfig, repo_root: Path | None = None, model_checks: bo
 
 def _preflight_round(config: RunConfig, root: Path, tiny_out: Path | None) -> None:
     r = config.round
-    assert r is not None
-    weights = (root / r.student_weights).resolve()
-    if not weights.exists() and weights != tiny_out:
+    weights = (root / r.student_weights).resolve() if r.student_weights else None
+    if weights is not None and not weights.exists() and weights != tiny_out:
         raise ConfigError(f"round.student_weights: model directory '{r.student_weights}' does not exist")
     if r.start_harness != "baseline":
         d = root / r.start_harness
@@ -430,8 +359,9 @@ def _preflight_round(config: RunConfig, root: Path, tiny_out: Path | None) -> No
 
 def _check_key_variables(config: RunConfig) -> None:
     """Every key variable the run will read is set in this process (its value is never read into the config)."""
-    used = {p.model for p in config.evaluation.pairs} | ({config.training.role} if config.training else set())
-    used |= {config.round.student, config.round.expert} if config.round else set()
+    r = config.round
+    used = {p.model for p in config.evaluation.pairs} if "evaluate_pairs" in r.stages else set()
+    used |= {r.student, r.expert} if r.uses_roles else set()
     for name in sorted(used):
         var = config.models[name].api_key_env
         if var and not os.environ.get(var):

@@ -69,11 +69,9 @@ def detect_gpus() -> GpuSpec | None:
 
 
 def _model_dir(config: RunConfig, root: Path) -> tuple[str, Path] | None:
-    """(key, directory) of the student's weights: the round's, the training section's, else the first server's."""
-    if config.round is not None:
+    """(key, directory) of the student's weights: the round's, else the first server's."""
+    if config.round.student_weights:
         return "round.student_weights", (root / config.round.student_weights).resolve()
-    if config.training is not None:
-        return "training.base_model", (root / config.training.base_model).resolve()
     return ("servers.0.model", (root / config.servers[0].model).resolve()) if config.servers else None
 
 

@@ -48,10 +48,10 @@ class GpuSpec(BaseModel):
 
 def used_roles(config: RunConfig) -> dict[str, ModelRole]:
     """Config key -> role of every model the run will call (bare model strings in specs become roles)."""
-    pairs = config.evaluation.pairs if config.round is None else []
-    used = {f"models.{p.model}": config.models[p.model] for p in pairs}
     r = config.round
-    if r is not None:
+    pairs = config.evaluation.pairs if "evaluate_pairs" in r.stages else []
+    used = {f"models.{p.model}": config.models[p.model] for p in pairs}
+    if r.uses_roles:
         spec = r.correction.expert  # as flows.round.context.correction_expert: a role name, a model string or unset
         rewriter = (config.models.get(spec) or ModelRole(model=spec)) if spec else config.models[r.expert]
         used |= {f"models.{r.student}": config.models[r.student], f"models.{r.expert}": config.models[r.expert],
@@ -102,7 +102,7 @@ def key_set(var: str | None) -> bool:
 
 def _student_servers(config: RunConfig, root: Path) -> list[tuple[int, Any]]:
     """(index, spec) of the servers that serve the student's weights (training renders what they render)."""
-    weights = (root / config.round.student_weights).resolve() if config.round else None
+    weights = (root / config.round.student_weights).resolve() if config.round.student_weights else None
     return [(i, s) for i, s in enumerate(config.servers) if weights is None or (root / s.model).resolve() == weights]
 
 
@@ -162,9 +162,6 @@ def check_servers(config: RunConfig, root: Path, facts: ModelFacts) -> list[Find
         model_dir = (root / spec.model).resolve()
         out += check_window(config, i, spec, facts, model_dir)
         out += check_template(i, spec, root, model_dir)
-    if not out and config.round is None and config.training is not None:
-        out += check_window(config, 0, config.servers[0], facts, (root / config.servers[0].model).resolve()) \
-            if config.servers else []
     return out
 
 
@@ -242,17 +239,17 @@ def check_roles(config: RunConfig, keys: bool) -> list[Finding]:
         if not found and role_needs(key, role) != "own":
             out.append(Finding(level="ok", key=key, text=f"{role.model}: " + (
                 "key variable set, priced" if role_needs(key, role) == "paid" else f"served at {role.api_base}")))
-    if paid and config.round is not None and config.round.budget_usd is None:
+    if paid and config.round.budget_usd is None:
         out.append(Finding(level="refused", key="round.budget_usd", text=f"paid roles ({', '.join(paid)}) and no "
                            "run budget", fix="set round.budget_usd (dollars; spent -> the round stops, resumable)"))
-    elif paid and config.round is not None:
+    elif paid:
         out.append(Finding(level="ok", key="round.budget_usd", text=f"${config.round.budget_usd:.2f} over "
                                                                     f"{len(paid)} paid role(s)"))
     return out
 
 
 def check_yield(config: RunConfig, pass_rate: float) -> list[Finding]:
-    if config.round is None or "corr" not in config.round.arms or "arm_data" not in config.round.stages:
+    if "corr" not in config.round.arms or "arm_data" not in config.round.stages:
         return []
     rollouts, failures, asked = yield_estimate(config, pass_rate)
     r = config.round
@@ -274,7 +271,7 @@ def check_gpus(config: RunConfig, root: Path, gpus: GpuSpec | None, facts: Model
         return [Finding(level="finding", key="servers", text="no GPU found here: the memory and placement checks "
                         "are skipped (pass --assume-gpus COUNTxMEMORY, e.g. 8x141GB)")]
     out = [Finding(level="ok", key="gpus", text=f"{gpus.count} x {gpus.memory_gib:g} GiB ({gpus.source})")]
-    weights = (root / config.round.student_weights).resolve() if config.round else None
+    weights = (root / config.round.student_weights).resolve() if config.round.student_weights else None
     for i, s in served:
         if facts is not None and (weights is None or (root / s.model).resolve() == weights):
             out += _server_memory(i, s, gpus, facts)

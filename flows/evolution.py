@@ -249,7 +249,7 @@ def upward_transfer(settings: EvolveSettings, store: RunStore, pool: RolloutPool
 
 
 def _artifacts(summary: EvolutionSummary, run_id: str) -> None:
-    from flows.evaluation.flow import slug
+    from flows.rollouts import slug
 
     key = slug("evolution", run_id, summary.family)
     rows = summary.accepted_edits or [{"op": "(none)", "rationale": "no edit was accepted"}]

@@ -1,8 +1,8 @@
 """Fault injection for the reliability tests, honoured only under pytest.
 
-`COEVO_TEST_FAULT=evaluate_once` makes the first `evaluate` stage of a run fail after its rollouts are
-stored (once per run directory: a marker file remembers it fired), so `--resume` can be shown to finish
-the run without re-running them. Outside pytest (no PYTEST_CURRENT_TEST) the variable is ignored.
+`COEVO_TEST_FAULT=<stage>` (a round stage, e.g. `evaluate_pairs`) makes the first run of that stage fail after
+its work is stored and before the stage is recorded done (once per run directory: a marker file remembers it
+fired), so `--resume` can be shown to finish the run without redoing that work. Outside pytest (no PYTEST_CURRENT_TEST) the variable is ignored.
 
 `COEVO_TEST_KILL=<point>` SIGKILLs the process at a kill point, once per run directory (the marker is on disk
 before the signal), so a test can show that a resume ends wholly done or wholly not. The promotion gate's

@@ -69,7 +69,7 @@ class PlacementReport(BaseModel):
 
 def _accelerate_processes(config: RunConfig, root: Path) -> int | None:
     r = config.round
-    if r is None or not r.accelerate_config or not (root / r.accelerate_config).is_file():
+    if not r.accelerate_config or not (root / r.accelerate_config).is_file():
         return None
     try:
         acc = yaml.safe_load((root / r.accelerate_config).read_text()) or {}
@@ -95,7 +95,7 @@ def _servers(config: RunConfig, gpus: dict[int, list[str]], share: dict[int, flo
 
 def _student_server(config: RunConfig) -> tuple[int, str] | None:
     """(index, name) of the run-managed server M_t is served by, if any."""
-    if config.round is None:
+    if not config.round.uses_roles:
         return None
     spec = config.server_for(config.models[config.round.student])
     return None if spec is None else (config.servers.index(spec), spec.name)
@@ -104,7 +104,7 @@ def _student_server(config: RunConfig) -> tuple[int, str] | None:
 def _during_train(config: RunConfig, errors: list[str], warnings: list[str]) -> tuple[str | None, During]:
     """The student's server name and what it does while training; checks the mode against the server."""
     r = config.round
-    mode: During = r.placement.student_during_train if r else "keep"
+    mode: During = r.placement.student_during_train
     student = _student_server(config)
     if student is None:
         if mode != "keep":
@@ -126,7 +126,7 @@ def _training(config: RunConfig, root: Path, gpus: dict[int, list[str]], errors:
               freed: set[str]) -> list[str]:
     """Place the train ranks; refuse a GPU a server keeps during training. Returns the train line."""
     r = config.round
-    if r is None:
+    if not config.trains:
         return []
     train, n = r.placement.train_gpus, _accelerate_processes(config, root)
     gpu_servers = [s for s in config.servers if s.device == "gpu"]
@@ -174,7 +174,7 @@ def check_placement(config: RunConfig, root: Path, gpu_count: int | None = None)
     student, mode = _during_train(config, errors, warnings)
     freed = {student} if student and mode != "keep" else set()
     train_line = _training(config, root, gpus, errors, freed)
-    count = gpu_count if gpu_count is not None else (config.round.placement.node_gpus if config.round else None)
+    count = gpu_count if gpu_count is not None else config.round.placement.node_gpus
     if count is not None:
         for g in sorted(gpus):
             if g >= count:
@@ -182,7 +182,7 @@ def check_placement(config: RunConfig, root: Path, gpu_count: int | None = None)
                               f"{gpus[g][0]} is placed on it")
     lines = ["placement (GPU id: what runs there; each process gets its CUDA_VISIBLE_DEVICES):"]
     lines += [f"  GPU {g}: {'; '.join(gpus[g])}" for g in sorted(gpus)] or ["  no GPU placed"]
-    if student and config.round is not None and config.trains:
+    if student and config.trains:
         lines.append(f"  during train: server {student} {DURING_TEXT[mode]}")
     lines += train_line if config.trains else []
     return PlacementReport(gpus=dict(gpus), lines=lines, errors=errors, warnings=warnings)
@@ -203,13 +203,10 @@ def check_lora_serving(config: RunConfig, root: Path) -> tuple[list[str], list[s
     from training.targets import model_layout
 
     jobs = []
-    if config.round is not None:
-        r = config.round
+    r = config.round
+    if config.trains and r.student_weights:
         jobs.append(("round", config.server_for(config.models[r.student]), r.student_weights,
                      config.lora.target_experts))
-    if config.training is not None:
-        t = config.training
-        jobs.append(("training", config.server_for(config.models[t.role]), t.base_model, config.lora.target_experts))
     errors: list[str] = []
     warnings: list[str] = []
     for key, spec, weights, experts in jobs:

@@ -1,8 +1,8 @@
 """The rollout plan: which jobs a (model, harness) pair runs, grouped into resumable chunks.
 
 One planning path for every caller: a `RolloutSpec` (model, harness, families, split, N instances, seeds,
-limits, tag, tool choice) -> chunks of `RolloutJob`s. `coevo run` makes one spec per evaluation pair of the
-run config (`pair_spec`); `coevo rollout` makes one from its options.
+limits, tag, tool choice) -> chunks of `RolloutJob`s. A round's evaluation stages make one spec per pair
+(flows/round/eval.py `pair_chunks`, then one chunk per rollout); `coevo rollout` makes one from its options.
 
 A chunk is (pair, family, seed): its trajectories are written together as one Parquet file whose name
 carries a content key of everything that changes the result (model and sampling options, harness id,
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import tasks
 from agents.jobs import Limits, RolloutJob
 from agents.records import ModelRole, ToolChoice
-from flows.config import EvalPair, RunConfig, family_role
+from flows.config import RunConfig, family_role
 from flows.store import content_key
 from harness import Harness, baseline
 from tasks.records import Split
@@ -72,23 +72,12 @@ def stage_name(pair_name: str) -> str:
     return f"evaluate/{pair_name}"
 
 
-def pair_stage(pair: EvalPair) -> str:
-    return stage_name(pair.name)
-
-
 def harness_for(spec: str, family: str, repo_root: Path) -> Harness:
     """'baseline' (h0), a harness file (every family), or a directory of `<family>.yaml` (one h* per family)."""
     if spec == "baseline":
         return baseline(family)
     path = repo_root / spec
     return Harness.load(path / f"{family}.yaml" if path.is_dir() else path)
-
-
-def pair_spec(config: RunConfig, pair: EvalPair) -> RolloutSpec:
-    ev = config.evaluation
-    return RolloutSpec(name=pair.name, model=config.role_template(pair.model, pair.adapter), harness=pair.harness,
-                       families=config.family_names(), split=ev.split, n_instances=ev.n_instances, seeds=ev.seeds,
-                       limits=config.limits, tool_choice=pair.tool_choice)
 
 
 def plan(spec: RolloutSpec, repo_root: Path) -> list[Chunk]:
@@ -106,10 +95,6 @@ def plan(spec: RolloutSpec, repo_root: Path) -> list[Chunk]:
             chunks.append(Chunk(pair=spec.name, family=family, seed=seed, stage=spec.stage or stage_name(spec.name),
                                 key=f"{family}-s{seed}-{key}", jobs=jobs))
     return chunks
-
-
-def plan_pair(config: RunConfig, pair: EvalPair, repo_root: Path) -> list[Chunk]:
-    return plan(pair_spec(config, pair), repo_root)
 
 
 def api_bases(config: RunConfig) -> dict[str, list[str]]:

@@ -26,7 +26,7 @@ import polars as pl
 import yaml
 
 from agents.records import Trajectory
-from flows.config import nested_training_settings
+from flows.config import read_forward
 from agents.tables.trajectories import read_frame, read_trajectories, read_turn_frame, write_trajectories
 from harness.program import Harness
 
@@ -95,12 +95,8 @@ class RunStore:
         atomic_write_text(self.root / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     def load_config_dict(self) -> dict[str, Any]:
-        """The stored config; one stored before the training settings moved to the top level (`round.lora`,
-        `training.length`, ...) is read with them moved there, so an older run still resumes."""
-        raw = yaml.safe_load((self.root / "config.yaml").read_text())
-        for section, key in nested_training_settings(raw):
-            raw.setdefault(key, raw[section].pop(key))
-        return raw
+        """The stored config, read forward from an older layout (`flows.config.read_forward`)."""
+        return read_forward(yaml.safe_load((self.root / "config.yaml").read_text()))
 
     # --- trajectories -------------------------------------------------------------------------
     def trajectory_path(self, stage: str, key: str) -> Path:

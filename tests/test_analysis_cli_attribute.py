@@ -1,4 +1,4 @@
-"""`coevo attribute` on a directory of trajectories, and the `attribute` stage on a run store."""
+"""`coevo attribute` on a directory of trajectories, and the round's `attribute` stage on a round's store."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from typer.testing import CliRunner
 from agents.records import Trajectory
 from agents.tables.trajectories import write_trajectories
 from analysis.attribution.records import read_attribution_frame
-from flows.evaluation.attribution import AttributionConfig, attribute_run
 from flows.cli import app
+from flows.config import AttributionConfig, parse_config
+from flows.round.context import RoundContext, RoundState
+from flows.round.eval import EvalRecord
+from flows.round.stages import attribute, build_attributor
 from flows.store import RunStore
 from harness import Harness, baseline
 
@@ -66,23 +69,36 @@ def harnesses_of(trajs: list[Trajectory]) -> list[Harness]:
     return [h for h in candidates if h.id in {t.harness_id for t in trajs}]
 
 
-def test_stage_on_a_run_store(rollouts: dict[str, list[Trajectory]], tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "runs", "r1")
-    for pair, trajs in (("base", rollouts["oracle"]), ("trained", rollouts["faulty"])):
-        store.write_trajectories(f"eval-{pair}", "k0", trajs, harnesses=harnesses_of(trajs))
-        store.mark_done("evaluate", pair, {"stage": f"eval-{pair}", "chunks": ["k0"]})
-    config = AttributionConfig(base_pair="base", shifts=[("base", "trained")], bootstrap_samples=200)
-    rec = attribute_run(store, config)
-    assert rec.failing == {"base": 0, "trained": len(rollouts["faulty"])} and rec.reused == []
-    trained = read_attribution_frame(rec.files["trained"])
+def _record(name: str, trajs: list[Trajectory]) -> EvalRecord:
+    return EvalRecord(name=name, label=name, model="-", harness="baseline", split="test", stage=f"eval/{name}",
+                      chunk_keys=["k0"], rollouts=len(trajs), rollouts_run=0, model_calls=0,
+                      success=sum(t.passed for t in trajs) / len(trajs), cost_usd=0.0)
+
+
+def test_the_rounds_attribute_stage_on_its_store(rollouts: dict[str, list[Trajectory]], tmp_path: Path) -> None:
+    """M_t on h* (the oracle's passing rollouts) and a correction seed (the injected faults): each failing rollout
+    gets its fault's category, the composition, trigger and fit sections are built, and a rerun reuses the files."""
+    store = RunStore(tmp_path / "runs", "r0")
+    tests = {}
+    for name, trajs in (("M_t.hstar", rollouts["oracle"]), ("corr.s0.hstar", rollouts["faulty"])):
+        store.write_trajectories(f"eval/{name}", "k0", trajs, harnesses=harnesses_of(trajs))
+        tests[name] = _record(name, trajs)
+    config = parse_config({"models": {"student": {"model": "oracle/{family}"}}, "attribution": {"bootstrap_samples": 200},
+                           "evaluation": {"pairs": [{"model": "student"}]},
+                           "round": {"stages": ["evaluate_pairs", "attribute", "report"]}})
+    ctx = RoundContext(config=config, store=store, base=tmp_path,
+                       state=RoundState(t=0, student_model="-", student_weights="", start_harness="baseline"))
+    rec = attribute(ctx, tests)
+    assert rec.attributor == "heuristic" and rec.failing == {"M_t.hstar": 0, "corr.hstar": len(rollouts["faulty"])}
+    trained = read_attribution_frame(rec.files["corr.hstar"])
     assert sorted(trained["category"]) == sorted(t.injected_faults[0].category for t in rollouts["faulty"])
-    text = Path(rec.report_path).read_text()
-    assert "## Failure composition" in text and "## Model-harness fit" in text and "| trained | overall |" in text
-    again = attribute_run(store, config)
-    assert again.reused == ["base", "trained"] and again.files == rec.files
-    assert set(store.done("attribute")) == {"base", "trained"}
+    assert [s.kind for s in rec.sections] == ["composition", "triggers", "fit"]
+    assert {r["pair"] for r in rec.sections[2].rows} >= {"corr.hstar"}  # the fit of the arm against M_t on h*
+    mtimes = {g: Path(f).stat().st_mtime_ns for g, f in rec.files.items()}
+    again = attribute(ctx, tests)
+    assert again.files == rec.files and {g: Path(f).stat().st_mtime_ns for g, f in again.files.items()} == mtimes
+    assert pl.read_parquet(rec.files["M_t.hstar"]).height == 0
     with pytest.raises(ValueError, match="judge:MODEL"):
         AttributionConfig(attributor="judgement")
     with pytest.raises(ValueError, match="`judge` role"):
-        attribute_run(store, AttributionConfig(attributor="judge"))
-    assert pl.read_parquet(rec.files["base"]).height == 0
+        build_attributor(AttributionConfig(attributor="judge"))

@@ -19,7 +19,7 @@ from agents.records import ModelRole
 from agents.tables.trajectories import read_trajectories, write_trajectories
 from correction.records import boundary_instances
 from correction.runner import local_rollouts
-from flows.evaluation.correction import STAGE, CorrectionConfig, correct_run
+from flows.round.correct import STAGE, CorrectionConfig, correct_run
 from flows.store import RunStore
 from harness import baseline
 from training.dataset import marked_turns

@@ -1,4 +1,4 @@
-"""Run config validation, preflight and the evaluation plan (no Prefect, no server)."""
+"""Run config validation, preflight and the evaluation plan of a round's pairs (no Prefect, no server)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import ConfigError, load_config, parse_config, preflight, read_config_data, resolved
-from flows.plan import api_bases, plan_pair
+from flows.config import ConfigError, RunConfig, load_config, parse_config, preflight, read_config_data, resolved
+from flows.plan import Chunk, api_bases
 from flows.store import RunStore
 from training.config import LengthRule, TrainConfig
 
@@ -235,23 +235,34 @@ def test_preflight_names_missing_files_and_api_base(tmp_path: Path) -> None:
         preflight(too_many, tmp_path)
 
 
+def _pair_chunks(cfg: RunConfig, i: int, store_dir: Path) -> list[Chunk]:
+    """The chunks the round's `evaluate_pairs` stage plans for `evaluation.pairs[i]` (one per rollout)."""
+    from flows.round.context import RoundContext, RoundState
+    from flows.round.eval import pair_chunks
+    from flows.round.stages import config_pair
+
+    ctx = RoundContext(config=cfg, store=RunStore(store_dir, "r0"), base=REPO,
+                       state=RoundState(t=0, student_model="-", student_weights="", start_harness="baseline"))
+    ev = cfg.evaluation
+    return pair_chunks(ctx, config_pair(ctx, ev.pairs[i]), ev.split, ev.n_instances, ev.seeds, "eval")
+
+
 def test_plan_chunks_keys_and_family_placeholder(tmp_path: Path) -> None:
     cfg = parse_config({**_base(tmp_path), "families": ["payroll_audit", "anomaly_detection"]})
-    expert = plan_pair(cfg, cfg.evaluation.pairs[1], REPO)
-    assert [(c.family, c.seed) for c in expert] == [("payroll_audit", 0), ("payroll_audit", 1),
-                                                     ("anomaly_detection", 0), ("anomaly_detection", 1)]
+    expert = _pair_chunks(cfg, 1, tmp_path)
+    assert [(c.family, c.seed, c.jobs[0].instance.id) for c in expert] == [
+        (f, s, f"{f}/{i}") for f in ("payroll_audit", "anomaly_detection") for s in (0, 1) for i in (40, 41)]
     assert {j.model.model for c in expert for j in c.jobs} == {"oracle/payroll_audit", "oracle/anomaly_detection"}
-    assert all(len(c.jobs) == 2 and c.stage == "evaluate/expert" for c in expert)
-    assert [j.instance.id for j in expert[0].jobs] == ["payroll_audit/40", "payroll_audit/41"]
-    assert len({c.key for c in expert}) == 4
+    assert all(len(c.jobs) == 1 and c.stage == "eval/pairs.expert" for c in expert)
+    assert len({c.key for c in expert}) == 8
     # the key ignores where the model is served, and follows what changes the rollouts
-    student = plan_pair(cfg, cfg.evaluation.pairs[0], REPO)
+    student = _pair_chunks(cfg, 0, tmp_path)
     moved = parse_config({**_base(tmp_path, port=18932), "families": ["payroll_audit", "anomaly_detection"]})
-    assert [c.key for c in plan_pair(moved, moved.evaluation.pairs[0], REPO)] == [c.key for c in student]
+    assert [c.key for c in _pair_chunks(moved, 0, tmp_path)] == [c.key for c in student]
     hotter = parse_config({**_base(tmp_path), "families": ["payroll_audit", "anomaly_detection"],
                            "models": {**_base(tmp_path)["models"], "student": {
                                "model": "hosted_vllm/tiny", "api_base": "http://127.0.0.1:18931/v1", "temperature": 0.7}}})
-    assert not {c.key for c in plan_pair(hotter, hotter.evaluation.pairs[0], REPO)} & {c.key for c in student}
+    assert not {c.key for c in _pair_chunks(hotter, 0, tmp_path)} & {c.key for c in student}
     assert api_bases(cfg) == {"hosted_vllm/tiny": ["http://127.0.0.1:18931/v1"]}
 
 
@@ -265,8 +276,7 @@ def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
     assert cfg.models["student"].api_base == "http://10.0.0.5:8000/v1"
     assert [p.name for p in cfg.evaluation.pairs] == ["student+h_star", "student@r1+h_star", "expert+h_star"]
     assert cfg.adapters[0].server == cfg.servers[0].name and cfg.evaluation.n_instances is None
-    assert cfg.attribution is not None and cfg.attribution.base_pair == "student+h_star"  # follows the rename
-    assert cfg.attribution.shifts == [("student+h_star", "expert+h_star")]
+    assert cfg.round.stages == ["evaluate_pairs", "attribute", "report"]  # the round that evaluates the pairs
     assert raw["evaluation"]["pairs"][0]["harness"] == "baseline"  # the input is not mutated
     with pytest.raises(ConfigError, match="adapters.0.path"):
         preflight(cfg, REPO)
@@ -274,18 +284,15 @@ def test_deployment_overrides_make_a_valid_config(tmp_path: Path) -> None:
 
 def test_a_pair_and_the_rollout_command_plan_through_one_spec(tmp_path: Path) -> None:
     from agents.records import ModelRole
-    from flows.plan import RolloutSpec, pair_spec, plan
+    from flows.plan import RolloutSpec, plan
 
     cfg = parse_config({**_base(tmp_path), "families": ["payroll_audit", "anomaly_detection"]})
-    expert = cfg.evaluation.pairs[1]
-    spec = pair_spec(cfg, expert)
     # what `coevo rollout --model 'oracle/{family}' --split test --n 2 --seeds 2 --tag eval` builds from its options
     by_hand = RolloutSpec(name="expert", model=ModelRole(model="oracle/{family}"), families=["payroll_audit", "anomaly_detection"],
                           split="test", n_instances=2, seeds=2, limits=cfg.limits, tag="eval")
-    assert by_hand == spec
     chunks = plan(by_hand, REPO)
-    assert [(c.key, [j.key for j in c.jobs]) for c in chunks] == \
-        [(c.key, [j.key for j in c.jobs]) for c in plan_pair(cfg, expert, REPO)]
+    # the same jobs as the round's evaluation of the configured pair: one rollout is one job key wherever it runs
+    assert [j.key for c in chunks for j in c.jobs] == [j.key for c in _pair_chunks(cfg, 1, tmp_path) for j in c.jobs]
     # another tag (the rollout command's default) is another set of trajectories
     other = plan(by_hand.model_copy(update={"tag": "rollout"}), REPO)
     assert not {c.key for c in other} & {c.key for c in chunks}
@@ -293,7 +300,7 @@ def test_a_pair_and_the_rollout_command_plan_through_one_spec(tmp_path: Path) ->
     # the adapter pair's spec calls the role under the adapter's served name
     with_adapter = parse_config({**_base(tmp_path), "adapters": [{"name": "student@r1", "path": "x", "server": "tiny"}],
                                  "evaluation": {"pairs": [{"model": "student", "adapter": "student@r1"}]}})
-    assert pair_spec(with_adapter, with_adapter.evaluation.pairs[0]).model.model == "hosted_vllm/student@r1"
+    assert {j.model.model for c in _pair_chunks(with_adapter, 0, tmp_path) for j in c.jobs} == {"hosted_vllm/student@r1"}
 
 
 def test_a_run_stored_before_the_lora_move_still_loads_with_its_settings(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
-"""The evaluation flow under Prefect's test harness, against the real tiny model on vLLM CPU.
+"""Evaluating pairs under Prefect's test harness, against the real tiny model on vLLM CPU: a config without
+`round:` is the round [evaluate_pairs, report] (its `evaluation.pairs` side by side).
 
-- fault once in `evaluate` -> the run fails -> `coevo run --resume` finishes it without re-running the
-  stored rollouts (counted with the vLLM server's own request counter), then the report and artifacts;
-- the run's own vLLM server is killed in the middle of `collect_rollouts` -> the server scope restarts it
-  once and runs the stage again, every job has exactly one trajectory.
+- fault once after `evaluate_pairs` stored its rollouts -> the run fails -> `coevo run --resume` finishes it
+  without re-running them (counted with the vLLM server's own request counter), then the report and artifacts;
+- the run's own vLLM server is killed in the middle of the stage's rollouts -> the server scope restarts it
+  once and runs the stage again, every job has exactly one trajectory;
+- the round's evaluation stages copy a rollout an earlier stage (or the search) ran instead of re-running it.
 """
 
 from __future__ import annotations
@@ -83,23 +85,29 @@ def _config(tmp_path: Path, api_base: str, **extra: object) -> dict:
     }
 
 
+def _pair_files(run: Path, pair: str) -> list[Path]:
+    """The stored rollouts of one configured pair (one file each; every chunk has its turn table beside it)."""
+    return sorted(p for p in (run / "rounds" / "r0" / "trajectories" / "eval" / f"pairs.{pair}").glob("*.parquet")
+                  if not p.name.endswith(".turns.parquet"))
+
+
 def test_fault_in_evaluate_then_resume_reuses_rollouts(tmp_path: Path, vllm_server: str, ray_local: None,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(_config(tmp_path, vllm_server)))
-    monkeypatch.setenv("COEVO_TEST_FAULT", "evaluate_once")
+    monkeypatch.setenv("COEVO_TEST_FAULT", "evaluate_pairs")
     before = vllm_requests(vllm_server)
     first = invoke(["run", "--config", str(cfg_path)])
     assert first.exit_code == 1, first.output
     assert "injected fault" in first.output and "--resume" in first.output
     (run_id,) = os.listdir(tmp_path / "runs")
-    store = RunStore(tmp_path / "runs", run_id)
-    student_files = sorted(p for p in (store.root / "trajectories" / "evaluate" / "student").glob("*.parquet")
-                           if not p.name.endswith(".turns.parquet"))  # each chunk has its turn table beside it
-    assert len(student_files) == len(FAMILIES) * 2  # all student chunks were stored before the fault
-    assert not (store.root / "trajectories" / "evaluate" / "expert").exists()
+    run = tmp_path / "runs" / run_id
+    student_files, expert_files = _pair_files(run, "student"), _pair_files(run, "expert")
+    jobs = len(FAMILIES) * 2 * 2
+    assert len(student_files) == len(expert_files) == jobs  # every rollout was stored before the fault
+    assert "evaluate_pairs" not in RunStore(run / "rounds", "r0").done("round")  # the stage is not recorded done
     after_first = vllm_requests(vllm_server)
-    student = read_frame(store.root / "trajectories" / "evaluate" / "student")
+    student = read_frame(run / "rounds" / "r0" / "trajectories" / "eval" / "pairs.student")
     assert after_first - before == student["n_turns"].sum() > 0  # one vLLM request per student turn
     mtimes = {f: f.stat().st_mtime_ns for f in student_files}
 
@@ -107,37 +115,31 @@ def test_fault_in_evaluate_then_resume_reuses_rollouts(tmp_path: Path, vllm_serv
     assert resumed.exit_code == 0, resumed.output
     assert vllm_requests(vllm_server) == after_first  # no student rollout ran again
     assert {f: f.stat().st_mtime_ns for f in student_files} == mtimes
-    assert "student: 0 run / 8" in " ".join(resumed.output.split())
-    out = " ".join(resumed.output.split())
-    for fam in [*FAMILIES, "overall"]:
-        assert fam in out
-    report = store.root / "reports" / "report.md"
-    assert str(report) in out.replace(" ", "") or "report.md" in out
+    assert set(RunStore(run / "rounds", "r0").done("round")) == {"evaluate_pairs", "report"}
 
     # every number in the report comes from the stored trajectories
-    frame = read_frame(store.root / "trajectories" / "evaluate")
-    assert frame.height == 2 * len(FAMILIES) * 2 * 2 and frame["id"].n_unique() == frame.height
-    expert = read_frame(store.root / "trajectories" / "evaluate" / "expert")
-    assert f"| overall | {overall_cell(student)} | {overall_cell(expert)} |" in report.read_text()
-    for png in ("family_success.png", "cost_vs_success.png"):
-        assert (store.root / "reports" / png).stat().st_size > 5000
-    assert set(store.done("evaluate")) == {"student", "expert"}
+    report = run / "rounds" / "r0" / "reports" / "report.md"
+    assert str(report.resolve()) in resumed.output.replace("\n", "")
+    rows = {line.split("|")[1].strip(): line for line in report.read_text().splitlines() if line.startswith("| ")}
+    expert = read_frame(run / "rounds" / "r0" / "trajectories" / "eval" / "pairs.expert")
+    assert student.height == expert.height == jobs and student["id"].n_unique() == jobs
+    assert rows["student"].rstrip().endswith(f"| {overall_cell(student)} |")
+    assert rows["expert"].rstrip().endswith(f"| {overall_cell(expert)} |")
+    assert "M_t on h0" not in rows  # the round's own rows did not run: only the configured pairs are listed
 
-    # Prefect artifacts: progress, one table per evaluation, the report, the run directory link
+    # Prefect artifacts: the stage's record, the round's page, the run's progress
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
         keys = {a.key for a in client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=run_id.lower()[:8])))}
     slug_id = run_id.lower()
-    assert {f"eval-{slug_id}-student", f"eval-{slug_id}-expert", f"report-{slug_id}", f"run-dir-{slug_id}",
-            f"progress-{slug_id}-student"} <= keys
+    assert {f"round-{slug_id}-r0-evaluate-pairs", f"round-report-{slug_id}-r0", f"round-progress-{slug_id}"} <= keys
 
-    # `coevo report RUN_ID` rebuilds the same report from the store
-    report.unlink()
+    # `coevo report RUN_ID` names the round's page
     again = invoke(["report", run_id, "--runs-dir", str(tmp_path / "runs")])
     assert again.exit_code == 0, again.output
-    assert "| overall |" in report.read_text()
+    assert "report.md" in again.output and "--from-stage report" in " ".join(again.output.split())
 
 
 def overall_cell(frame: pl.DataFrame) -> str:
@@ -152,10 +154,11 @@ def overall_cell(frame: pl.DataFrame) -> str:
 
 
 def _kill_when_first_chunk_lands(runs_dir: Path, port: int, killed: list[int], stop: threading.Event) -> None:
-    """Wait for the first stored student chunk, then SIGKILL the run's vLLM server (its whole process group)."""
+    """Wait for the first stored student rollout, then SIGKILL the run's vLLM server (its whole process group)."""
     while not stop.is_set():
-        chunks = [p for p in runs_dir.glob("*/trajectories/evaluate/student/*.parquet") if not p.name.endswith(".turns.parquet")]
-        states = list(runs_dir.glob(f"*/logs/servers/{port}.json"))
+        chunks = [p for p in runs_dir.glob("*/rounds/r0/trajectories/eval/pairs.student/*.parquet")
+                  if not p.name.endswith(".turns.parquet")]
+        states = list(runs_dir.glob(f"*/rounds/r0/logs/servers/{port}.json"))
         if chunks and states:
             pid = json.loads(states[0].read_text())["pid"]
             os.killpg(pid, signal.SIGKILL)
@@ -166,7 +169,8 @@ def _kill_when_first_chunk_lands(runs_dir: Path, port: int, killed: list[int], s
 
 def test_server_killed_mid_collect_is_restarted_and_no_job_is_lost(tmp_path: Path, tiny_model_dir: Path,
                                                                    ray_local: None) -> None:
-    from flows.evaluation.flow import evaluation_flow
+    from flows.round.flow import coevolution_run
+    from flows.store import new_run_id
 
     port = free_port()
     api_base = f"http://127.0.0.1:{port}/v1"
@@ -176,7 +180,7 @@ def test_server_killed_mid_collect_is_restarted_and_no_job_is_lost(tmp_path: Pat
     raw["evaluation"]["pairs"] = [{"model": "student", "tool_choice": "required"}]
     raw["evaluation"]["n_instances"] = 3
     raw["limits"]["max_turns"] = 3
-    # one episode at a time, in job order: the first chunk lands while three are still to run
+    # one episode at a time, in job order: the first rollout lands while eleven are still to run
     raw["ray"] = {"num_cpus": 2, "actors": 1, "concurrency_per_server": 1}
     config = parse_config(raw)
     killed: list[int] = []
@@ -184,82 +188,18 @@ def test_server_killed_mid_collect_is_restarted_and_no_job_is_lost(tmp_path: Pat
     killer = threading.Thread(target=_kill_when_first_chunk_lands, args=(tmp_path / "runs", port, killed, stop), daemon=True)
     killer.start()
     try:
-        result = evaluation_flow(config, base_dir=str(tmp_path))
+        result = coevolution_run(config, new_run_id(config.name), base_dir=str(tmp_path))
     finally:
         stop.set()
-    assert killed, "the server was never killed (the stage finished before the first chunk was seen)"
-    (summary,) = result.collected
+    assert killed, "the server was never killed (the stage finished before the first rollout was seen)"
+    (done,) = result.rounds
     # the server scope found the server dead when the stage failed, restarted it once and ran the stage again
-    assert [(r.server, r.stage) for r in result.server_restarts] == [("tiny", "evaluate[student]")]
-    assert summary["chunks_loaded"] >= 1  # the rerun kept the chunks stored before the kill
-    frame = read_frame(Path(result.run_dir) / "trajectories" / "evaluate" / "student")
+    assert [(r["server"], r["stage"]) for r in done.server_restarts] == [("tiny", "evaluate_pairs")]
+    frame = read_frame(Path(result.run_dir) / "rounds" / "r0" / "trajectories" / "eval" / "pairs.student")
     jobs = len(FAMILIES) * 3 * 2
     assert frame.height == jobs and frame["id"].n_unique() == jobs
     assert frame.filter(pl.col("stop_reason").is_in(["model_error", "error"])).is_empty()
     assert not is_ready(api_base)  # the restarted server belongs to the run and was stopped at its end
-
-
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    # Two cores shared with the rest of the suite: torch's intra-op threads spin-wait and run 10-30x slower.
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_train_adapter_on_expert_successes_then_evaluate_it_and_resume_skips(
-        tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, one_torch_thread: None) -> None:
-    from deploy.vllm_server import served_models
-    from flows.evaluation.flow import evaluation_flow
-
-    raw = _config(tmp_path, vllm_server)
-    raw["families"] = ["stock_alert"]
-    raw["evaluation"] = {"n_instances": 2, "seeds": 1, "bootstrap_samples": 100, "pairs": [{"model": "expert"}]}
-    raw["limits"] = {"max_turns": 30, "max_tokens_per_turn": 32, "wall_s": 120}
-    adapter = f"student@t{os.getpid()}"  # the session server outlives this test: a name no other run loaded
-    raw["training"] = {"source_pair": "expert", "base_model": str(tiny_model_dir), "adapter_name": adapter}
-    raw["lora"], raw["length"] = {"rank": 8, "epochs": 1, "lr": 1e-3, "seeds": 1}, {"max_len": 8192}
-    config = parse_config(raw)
-
-    result = evaluation_flow(config, base_dir=str(tmp_path))
-    rec = result.training
-    assert rec is not None and rec.adapter_name == adapter and rec.served_at == vllm_server
-    assert rec.source_trajectories == 2 and rec.dataset.examples == 2 and rec.dataset.trained_tokens > 0
-    assert rec.dataset_built and rec.seeds_trained == [0] and rec.seeds_reused == []
-    run = Path(result.run_dir)
-    served = run / "adapters" / adapter / "seed-0"
-    assert Path(rec.adapter_dir) == served and Path(rec.dataset_dir).parent == run / "datasets"
-    assert (served / "adapter_model.safetensors").stat().st_size > 0
-    summary = json.loads((served / "training_summary.json").read_text())
-    assert summary["config"]["rank"] == 8 and summary["examples"] == 2 and summary["steps"] == 1
-    assert adapter in served_models(vllm_server)
-
-    # the adapter pair ran through the served adapter (every turn a real vLLM call, none failed) and is reported
-    pair = adapter  # the pair's name: the role ('student') + '@' + the adapter's version
-    frame = read_frame(run / "trajectories" / "evaluate" / pair)
-    assert frame.height == 2 and set(frame["model_id"]) == {f"hosted_vllm/{adapter}@{vllm_server}"}
-    assert frame.filter(pl.col("stop_reason").is_in(["model_error", "error"])).is_empty()
-    assert result.report.pairs == ["expert", pair]
-    assert [c["pair"] for c in result.collected] == ["expert", pair]
-    assert set(RunStore(tmp_path / "runs", result.run_id).done("train_adapter")) == {adapter}
-    # the data came from the TRAIN split (imitation_data), never from the test rollouts the pairs are scored on
-    rows = read_frame(run / "trajectories" / "imitation_data")
-    assert rows.height == 2 + 2 and set(rows["split"]) == {"train"}  # 2 expert rollouts + the 2 rows made of them
-    assert pair in (run / "reports" / "report.md").read_text()
-
-    # resume: dataset found, seed 0 not retrained, adapter files untouched, no rollout re-run
-    mtime = (served / "adapter_model.safetensors").stat().st_mtime_ns
-    requests = vllm_requests(vllm_server)
-    again = evaluation_flow(config, run_id=result.run_id, base_dir=str(tmp_path))
-    resumed = again.training
-    assert resumed is not None and not resumed.dataset_built
-    assert resumed.seeds_trained == [] and resumed.seeds_reused == [0]
-    assert (served / "adapter_model.safetensors").stat().st_mtime_ns == mtime
-    assert vllm_requests(vllm_server) == requests
-    assert [c["rollouts_run"] for c in again.collected] == [0, 0]
 
 
 async def test_a_rollout_an_earlier_stage_of_the_round_ran_is_copied_not_rerun(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from agents.tables.trajectories import read_frame
 from flows.cli import app
 from flows.ops.registry import PromotionRegistry
 from flows.round.lock import LOCK_FILE, LockHeld, RunLock
@@ -185,6 +186,38 @@ def test_an_evaluation_only_round_runs_its_stages_and_nothing_else(
     assert rows["M_t on h*"].count("–") == 2 and rows["correction on h*"].count("–") == 2  # not run: one per column
     assert "the harness search did not run" in report and "the gate has not run" in report
     assert "library reflector" not in report  # no search: no note about it
+
+
+@pytest.mark.vllm
+def test_an_imitation_round_without_a_search_trains_on_the_start_harness(
+        tmp_path: Path, vllm_server: str, tiny_model_dir: Path, ray_local: None, one_torch_thread: None,
+        prefect_harness: None) -> None:
+    """deploy/configs/local_train.yaml's shape: [evaluate_h0, arm_data, train, evaluate_arms, report] with arms
+    [imit_h0]. No `evolve`: h*_t is the start harness (h0); the set is built from the TRAIN split only, LoRA trains
+    once, the adapter is served and evaluated on h0, and the report's imitation row is filled."""
+    raw = round_config(tmp_path, vllm_server, tiny_model_dir)
+    raw["round"] |= {"stages": ["evaluate_h0", "arm_data", "train", "evaluate_arms", "report"], "arms": ["imit_h0"]}
+    cfg = tmp_path / "imit.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    runs, t = tmp_path / "runs", raw["round"]["index"]
+    (run_id,) = list_runs(runs)
+    state = _round_state(runs, run_id, t)
+    assert set(state) == {"evaluate_h0", "arm_data", "train", "evaluate_arms", "report"}
+    r0 = runs / run_id / "rounds" / f"r{t}"
+    assert not (r0 / "evolution").exists() and not (r0 / "h_star").exists()  # no search ran
+    arm_set = state["arm_data"]["output"]["sets"]["imit_h0"]
+    assert arm_set["harness"] == "baseline" and arm_set["rows"] > 0, arm_set
+    rows = read_frame(r0 / "trajectories" / "sets" / "imit_h0")
+    assert rows.height == arm_set["rows"] and set(rows["split"]) == {"train"}  # never the test split it is scored on
+    (adapter,) = state["train"]["output"]["arms"]["imit_h0"]["adapters"].values()
+    assert (Path(adapter) / "adapter_model.safetensors").stat().st_size > 0
+    assert set(state["evaluate_arms"]["output"]["pairs"]) == {"imit_h0.s0.h0"}
+    report = (r0 / "reports" / "report.md").read_text()
+    rows_md = {line.split("|")[1].strip(): line for line in report.splitlines() if line.startswith("| ")}
+    assert re.search(r"\| \d+\.\d", rows_md["imitation on h0"]), rows_md["imitation on h0"]
+    assert rows_md["imitation on h*"].count("–") == 2  # the h* arms did not run
 
 
 def _run_stopped(tmp_path: Path, raw: dict, exit_code: int) -> tuple[str, str, dict, Path]:

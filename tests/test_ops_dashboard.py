@@ -1,6 +1,7 @@
 """`coevo dashboard --port N` in headless Chromium: the UI calls the API on N and shows a finished run's artifacts.
 
-The run is a real `coevo run` of the evaluation flow at the smallest offline scale (the SIMULATED flawed
+The run is a real `coevo run` of a config without `round:` (the round [evaluate_pairs, report]) at the smallest
+offline scale (the SIMULATED flawed
 student and the oracle; no vLLM) in a fresh PREFECT_HOME; the dashboard then serves that same database on
 a free port that is not Prefect's default 4200 (the bug: the UI kept calling :4200, "Can't connect to
 Server API", no runs).
@@ -49,13 +50,14 @@ def test_dashboard_on_any_port_shows_the_runs_stage_artifacts(tmp_path: Path) ->
     with dashboard(port, env, tmp_path / "dashboard.log") as url:
         assert httpx.get(f"{url}/ui-settings", timeout=10).json()["api_url"] == f"{url}/api"
         runs = _runs(url)
-        top = next(r for n, r in runs.items() if n.startswith("evaluation-"))
-        student = runs["evaluate-student"]
-        assert top["state_type"] == student["state_type"] == "COMPLETED"
-        top_keys, student_keys = _artifact_keys(url, top["id"]), _artifact_keys(url, student["id"])
-        run_id = top["name"].removeprefix("evaluation-")
-        assert {f"run-dir-{run_id}", f"report-{run_id}"} <= top_keys
-        assert any(k.startswith("eval-") for k in student_keys), student_keys
+        top = next(r for n, r in runs.items() if n.startswith("coevolution-"))
+        stage = runs["r0-evaluate_pairs"]
+        assert top["state_type"] == stage["state_type"] == "COMPLETED"
+        top_keys, stage_keys = _artifact_keys(url, top["id"]), _artifact_keys(url, stage["id"])
+        run_id = top["name"].removeprefix("coevolution-").lower()
+        wanted = {f"round-{run_id}-r0-evaluate-pairs", f"round-report-{run_id}-r0"}
+        assert wanted <= top_keys, top_keys
+        assert any(k.startswith("progress-") for k in stage_keys), stage_keys
         api_hosts: set[str] = set()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"], headless=True)
@@ -65,13 +67,13 @@ def test_dashboard_on_any_port_shows_the_runs_stage_artifacts(tmp_path: Path) ->
                 page.goto(f"{url}/runs", wait_until="networkidle", timeout=90_000)  # the V1 UI too
                 page.get_by_text(top["name"]).first.wait_for(timeout=60_000)
                 v1_text = page.inner_text("body")
-                top_text = _artifacts_tab(page, url, top["id"], {f"run-dir-{run_id}", f"report-{run_id}"})
-                eval_keys = {k for k in student_keys if k.startswith("eval-")}
-                student_text = _artifacts_tab(page, url, student["id"], eval_keys)
+                top_text = _artifacts_tab(page, url, top["id"], wanted)
+                progress_keys = {k for k in stage_keys if k.startswith("progress-")}
+                stage_text = _artifacts_tab(page, url, stage["id"], progress_keys)
             finally:
                 browser.close()
     assert top["name"] in top_text and "Completed" in top_text
-    assert "evaluate-student" in student_text
-    for text in (v1_text, top_text, student_text):
+    assert "r0-evaluate_pairs" in stage_text
+    for text in (v1_text, top_text, stage_text):
         assert "Can't connect" not in text
     assert api_hosts == {url}, f"the UI called the API at {api_hosts}, not only at {url}"

@@ -30,7 +30,9 @@ def test_fresh_prefect_home_run_has_no_traceback_and_shows_progress(tmp_path: Pa
     assert "Traceback" not in done.stdout
     assert "send_telemetry_heartbeat" not in done.stderr  # the service is not scheduled at all, not merely lucky
     out = done.stdout + done.stderr
-    assert "student rollouts: 2/2 (100%)" in out and "expert rollouts: 2/2 (100%)" in out, out[-3000:]
+    # both configured pairs run as one batch of the evaluate_pairs stage; then the report's table is printed
+    assert "pairs.student+pairs.expert rollouts: 4/4 (100%)" in out, out[-3000:]
+    assert "round 0: success % (mean ± SEM)" in done.stdout and "│ expert " in done.stdout, done.stdout[-3000:]
     assert (home / "prefect.db").exists()  # the run did use this fresh home
 
 

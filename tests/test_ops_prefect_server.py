@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from deploy.vllm_server import free_port
-from flows.evaluation.flow import slug
+from flows.rollouts import slug
 from flows.local import server_env
 from flows.ops.registry import Promotion, PromotionRegistry
 from harness import baseline
@@ -86,10 +86,10 @@ def test_nightly_deployment_runs_on_a_server_and_worker(tmp_path: Path) -> None:
         assert worker.returncode == 0
         keys = {a["key"] for a in api_post(url, "artifacts/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})}
         assert {f"nightly-report-{NIGHT}", f"nightly-{NIGHT}"} <= keys, keys
-        subflows = api_post(url, "flow_runs/filter", {"flow_runs": {"name": {"any_": [f"evaluation-nightly-{NIGHT}-{FAMILY}"]}}})
+        subflows = api_post(url, "flow_runs/filter", {"flow_runs": {"name": {"any_": [f"coevolution-nightly-{NIGHT}-{FAMILY}"]}}})
         assert [r["state_type"] for r in subflows] == ["COMPLETED"]
         sub_keys = {a["key"] for a in api_post(url, "artifacts/filter", {"flow_runs": {"id": {"any_": [subflows[0]["id"]]}}})}
-        assert slug("report", f"nightly-{NIGHT}-{FAMILY}") in sub_keys, sub_keys
+        assert slug("round-report", f"nightly-{NIGHT}-{FAMILY}", "r0") in sub_keys, sub_keys
     finally:
         if worker is not None:
             stop_group(worker)

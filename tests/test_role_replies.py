@@ -27,7 +27,7 @@ from correction.locators import make_locator
 from correction.records import Candidate
 from correction.selectors import make_selector
 from flows.config import parse_config
-from flows.evaluation.correction import CorrectionConfig, correct_run
+from flows.round.correct import CorrectionConfig, correct_run
 from flows.round.budget import spent_usd
 from flows.round.data import correction_config
 from flows.store import RunStore

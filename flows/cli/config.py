@@ -35,13 +35,13 @@ Edit a field's `description` in the code, then regenerate. -->
 A run config is one YAML file (`coevo run --config FILE`); the shipped ones are in `deploy/configs/`. A file states
 only what differs from the defaults below, and may start from another file: `extends: local.yaml` (a path relative
 to the extending file) overlays this file on that base by deep merge. Mappings merge key by key, while lists,
-scalars and `null` replace the base's value (so `round: null` turns a round config into an evaluation config, and a
-`servers:` list is restated whole). A base may itself extend another; a cycle is refused. The merged result is
+scalars and `null` replace the base's value (so `round: null` turns a round config into one that evaluates its
+`evaluation.pairs`, and a `servers:` list is restated whole). A base may itself extend another; a cycle is refused. The merged result is
 validated once, after the merge: an unknown key or a bad value is an error naming its dotted key and the files
 involved. `coevo config show --resolved FILE` prints the merged config with every default filled in: what a run
-stores as `runs/<run_id>/config.yaml` (a resumed run reads that copy, not the files; an evaluation config with
-`training:` also lists the trained adapter's pair there). `coevo config show FILE` prints the merged file without
-the defaults. A config with a `round:` section runs co-evolution rounds; one without runs the evaluation flow.
+stores as `runs/<run_id>/config.yaml` (a resumed run reads that copy, not the files). `coevo config show FILE`
+prints the merged file without the defaults. Every run is rounds of the stages `round.stages` names; a config
+without `round:` is the round [evaluate_pairs, attribute, report].
 Besides the per-field checks below, the run checks cross-references (every role, pair, server and adapter a field
 names must exist) and, before anything starts, the files and machine (`coevo run --dry-run`, `coevo doctor`).
 """

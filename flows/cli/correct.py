@@ -93,7 +93,7 @@ def correct(
     """Localize t* in each failing rollout, let the expert rewrite only it, select by the verifier, write rows."""
     from agents.records import ModelRole
     from agents.tables.trajectories import read_trajectories
-    from flows.evaluation.correction import CorrectionConfig, correct_run
+    from flows.round.correct import CorrectionConfig, correct_run
     from flows.store import RunStore
 
     _check(locator, selector, trajectories)

@@ -3,7 +3,7 @@
     coevo run --config deploy/configs/local.yaml            # what `make run` does
     coevo run --config deploy/configs/local.yaml --full     # the whole 60-instance test split
     coevo run --resume RUN_ID                               # finish a failed run; finished chunks are kept
-    coevo report RUN_ID                                     # rebuild report.md + plots from the stored rollouts
+    coevo report RUN_ID                                     # where the run's round pages are
 
 Prefect is imported only inside the commands, after `flows.local.configure_prefect_env()` has pointed it
 at the project's own PREFECT_HOME (it reads its settings once, at import).
@@ -12,7 +12,6 @@ at the project's own PREFECT_HOME (it reads its settings once, at import).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,21 +25,6 @@ from flows.cli.options import fail
 from flows.store import RunStore, check_run_id, new_run_id
 
 console = Console(soft_wrap=True)  # long paths stay on one line (copy-pasteable)
-
-
-def _print_result(run_id: str, run_dir: str, report_path: str, family_rows: list[dict[str, str]], pairs: list[str]) -> None:
-    from rich.table import Table
-
-    console.print(f"[bold]Success rate per family[/] (%, mean ± SEM over seeds), run {run_id}")
-    table = Table()
-    table.add_column("family")
-    for p in pairs:
-        table.add_column(p, justify="right")
-    for i, r in enumerate(family_rows):  # a rule above the last row, `overall`
-        table.add_row(*(r.get(c, "") for c in ["family", *pairs]), end_section=i == len(family_rows) - 2)
-    console.print(table)
-    console.print(f"run directory: {run_dir}")
-    console.print(f"[bold]report:[/] {report_path}")
 
 
 def _resolve_config(config: Optional[Path], resume: Optional[str], runs_dir: Optional[str]) -> tuple[RunConfig, str]:
@@ -70,8 +54,8 @@ def _resolve_config(config: Optional[Path], resume: Optional[str], runs_dir: Opt
 def run(
     config: Annotated[Optional[Path], typer.Option(help="Run config YAML (deploy/configs/local.yaml is the default job).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Finish this run: finished stages and rollouts are loaded, not re-run.")] = None,
-    rounds: Annotated[int, typer.Option(min=1, help="Co-evolution rounds (a config with `round:`); the run ends early "
-                                        "after a round that changed neither the student nor the harness.")] = 1,
+    rounds: Annotated[int, typer.Option(min=1, help="Co-evolution rounds; the run ends early after a round that "
+                                        "changed neither the student nor the harness, or one without a gate.")] = 1,
     from_stage: Annotated[Optional[str], typer.Option(help="With --resume: recompute this round stage and every later "
                                                           "one (their outputs are moved aside).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the planned stages, rollouts, model calls, LoRA runs and an "
@@ -82,7 +66,8 @@ def run(
     families: Annotated[Optional[str], typer.Option(help="Comma-separated families (overrides the config).")] = None,
     runs_dir: Annotated[Optional[str], typer.Option(help="Where runs live (overrides the config's runs_dir).")] = None,
 ) -> None:
-    """Run a config: co-evolution rounds (a config with `round:`) or the evaluation flow (serve, roll out, report)."""
+    """Run a config: rounds of its stages (`round.stages`; a config without `round:` evaluates its
+    `evaluation.pairs`): serve the models, roll out, search, train, gate, report."""
     where = configure_prefect_env()
     try:
         cfg, run_id = _resolve_config(config, resume, runs_dir)
@@ -100,12 +85,7 @@ def run(
         preflight(cfg, Path.cwd())
     except ConfigError as e:
         fail(f"config error: {e}")
-    if cfg.round is not None:
-        _run_rounds(cfg, run_id, rounds, from_stage, runs_dir, where)
-        return
-    if from_stage is not None or rounds != 1:
-        fail("config error: --rounds and --from-stage need a config with a `round:` section")
-    _run_evaluation(cfg, run_id, runs_dir, where)
+    _run_rounds(cfg, run_id, rounds, from_stage, runs_dir, where)
 
 
 def _overrides(cfg: RunConfig, config: Optional[Path], full: bool, n_instances: Optional[int], seeds: Optional[int],
@@ -127,15 +107,6 @@ def _overrides(cfg: RunConfig, config: Optional[Path], full: bool, n_instances: 
 
 
 def _dry_run(cfg: RunConfig, rounds: int) -> None:
-    if cfg.round is None:
-        pairs = cfg.with_adapter_pair().evaluation.pairs
-        n = cfg.evaluation.n_instances or 60
-        console.print(f"evaluation config (no `round:`): {len(pairs)} pair(s) x {len(cfg.family_names())} families x "
-                      f"{n} instances x {cfg.evaluation.seeds} seeds = {len(pairs) * len(cfg.family_names()) * n * cfg.evaluation.seeds} "
-                      f"rollouts" + ("; then LoRA training" if cfg.training else ""))
-        preflight(cfg, Path.cwd())
-        console.print("config OK (dry run: nothing started)")
-        return
     from flows.round.plan import plan_round
 
     plan = plan_round(cfg, Path.cwd(), rounds)
@@ -157,10 +128,12 @@ def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[s
 
     with _run_errors(run_id, runs_dir):  # before Prefect starts: a second writer of the same run gets one line
         RunLock(Path(cfg.runs_dir) / run_id).check()
-    console.print(f"run [bold]{run_id}[/]: {rounds} co-evolution round(s) on {len(cfg.family_names())} families; {where}")
+    console.print(f"run [bold]{run_id}[/]: {rounds} round(s) of {len(cfg.round.stages)} stage(s) on "
+                  f"{len(cfg.family_names())} families; {where}")
     with _run_errors(run_id, runs_dir):
         result = coevolution_run(cfg, run_id, rounds, from_stage, str(Path.cwd()))
     for r in result.rounds:
+        _print_table(r.t, r.table)
         console.print(f"round {r.t} ({r.student}): {r.decision}", markup=False, highlight=False)
         console.print(f"  report: {r.report_path}", markup=False, highlight=False)
     console.print(f"run directory: {result.run_dir}; API spent ${result.spent_usd:.2f}")
@@ -168,6 +141,21 @@ def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[s
         console.print(result.message, markup=False, highlight=False)
     if result.status == "budget_spent":
         raise typer.Exit(3)
+
+
+def _print_table(t: int, rows: list[dict[str, str]]) -> None:
+    """The round report's main table (success %, mean ± SEM) on the terminal; rows that did not run are left out."""
+    from rich.table import Table
+
+    ran = [r for r in rows if any(v != "–" for k, v in r.items() if k != "row")]
+    if not ran:
+        return
+    table = Table(title=f"round {t}: success % (mean ± SEM)", title_justify="left")
+    for col in ran[0]:
+        table.add_column(col, justify="left" if col == "row" else "right")
+    for r in ran:
+        table.add_row(*r.values())
+    console.print(table)
 
 
 @contextlib.contextmanager
@@ -190,52 +178,23 @@ def _run_errors(run_id: str, runs_dir: Optional[str]) -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def _run_evaluation(cfg: RunConfig, run_id: str, runs_dir: Optional[str], where: str) -> None:
-    from flows.round.lock import RunLock
-
-    fams = cfg.family_names()
-    console.print(f"run [bold]{run_id}[/]: {len(cfg.with_adapter_pair().evaluation.pairs)} pair(s) × {len(fams)} families × "
-                  f"{cfg.evaluation.n_instances or 'all'} instances × {cfg.evaluation.seeds} seeds; {where}")
-    from flows.evaluation.flow import evaluation_flow
-
-    t0 = time.monotonic()
-    with _run_errors(run_id, runs_dir), RunLock(Path(cfg.runs_dir) / run_id):
-        result = evaluation_flow(cfg, run_id=run_id, base_dir=str(Path.cwd()))
-    rep = result.report
-    _print_result(result.run_id, result.run_dir, rep.report_path, rep.family_rows, rep.pairs)
-    collected = ", ".join(f"{c['pair']}: {c['rollouts_run']} run / {c['rollouts']}" for c in result.collected)
-    console.print(f"rollouts ({collected}) in {time.monotonic() - t0:.0f} s; dashboard: coevo dashboard")
-
-
 def report(
     run_id: Annotated[str, typer.Argument(help="A run id under runs/ (see `ls runs`).")],
     runs_dir: Annotated[str, typer.Option(help="Where runs live.")] = "runs",
 ) -> None:
-    """Rebuild report.md and the PNG plots of a run from its stored trajectories (also a Prefect artifact)."""
-    where = configure_prefect_env()
+    """Where a run's pages are: each round's report.md (written by its `report` stage) and the run summary."""
     try:
         RunStore.open_existing(runs_dir, run_id)
     except (FileNotFoundError, ValueError) as e:  # no such run; a run id that is a path ('..')
         fail(f"RUN_ID: {e}")
-    console.print(where)
-    rounds = sorted((Path(runs_dir) / run_id / "rounds").glob("r*/reports/report.md"))
-    if rounds:  # a co-evolution run: its pages are written by each round's `report` stage
-        for page in rounds:
-            console.print(f"round {page.parent.parent.name}: {page.resolve()}", markup=False, highlight=False)
-        console.print(f"summary: {(Path(runs_dir) / run_id / 'reports' / 'summary.md').resolve()}", markup=False,
-                      highlight=False)
-        console.print(f"rebuild a page: coevo run --resume {run_id} --runs-dir {runs_dir} --from-stage report")
-        return
-    from flows.evaluation.flow import report_flow
-
-    try:
-        rep = report_flow(run_id, runs_dir)
-    except ValueError as e:
-        console.print(f"[red]{e}[/]")
-        raise typer.Exit(1) from None
-    _print_result(rep.run_id, str(Path(rep.report_path).parent.parent), rep.report_path, rep.family_rows, rep.pairs)
-    for name, path in rep.plots.items():
-        console.print(f"plot {name}: {path}")
+    pages = sorted((Path(runs_dir) / run_id / "rounds").glob("r*/reports/report.md"))
+    if not pages:
+        fail(f"run {run_id} has no round report yet; finish it with: coevo run --resume {run_id} --runs-dir {runs_dir}")
+    for page in pages:
+        console.print(f"round {page.parent.parent.name}: {page.resolve()}", markup=False, highlight=False)
+    console.print(f"summary: {(Path(runs_dir) / run_id / 'reports' / 'summary.md').resolve()}", markup=False,
+                  highlight=False)
+    console.print(f"rebuild a page: coevo run --resume {run_id} --runs-dir {runs_dir} --from-stage report")
 
 
 def register(app: typer.Typer) -> None:

@@ -89,7 +89,7 @@ def dataset_build(
 def _correction_rows(data: Path, mask: str | None) -> tuple[Path, str]:
     """`--data` given as a `coevo correct --out` directory: its corrected trajectories (trained on their marked
     turns), not the whole directory (its Correction table and episode cache are no training rows); else as is."""
-    from flows.evaluation.correction import STAGE
+    from flows.round.correct import STAGE
 
     if data.name == STAGE and (data / "corrections.parquet").exists():  # the Correction records' own directory
         fail(f"--data: {data} holds Correction records, not training rows; pass the `coevo correct --out` "

@@ -2,8 +2,8 @@
 
 `evaluation_deployment`: an on-demand evaluation of the student (optionally an adapter of it, under a
 harness) next to the expert. A deployment's parameters are plain values (what the UI form and `prefect
-deployment run -p` take); this flow turns them into a `RunConfig` (the config file plus overrides) and runs
-`evaluation_flow` as a subflow. The nightly evaluation of the promoted pairs is `flows/ops/nightly.py`; the
+deployment run -p` take); this flow turns them into a `RunConfig` (the config file plus overrides, its round
+replaced by the round [evaluate_pairs, attribute, report]) and runs it as a subflow. The nightly evaluation of the promoted pairs is `flows/ops/nightly.py`; the
 co-evolution round is `flows/round/flow.py`.
 """
 
@@ -14,15 +14,16 @@ from typing import Any
 
 from prefect import flow
 
-from flows.config import EvalPair, parse_config, preflight
+from flows.config import parse_config, preflight
 from flows.config import load_config as _load
-from flows.evaluation.flow import evaluation_flow
+from flows.store import RunStore, new_run_id
 
 
 def apply_overrides(data: dict[str, Any], *, model: str | None = None, api_base: str | None = None,
                     adapter: str | None = None, adapter_path: str | None = None, harness: str | None = None,
                     n_instances: int | None = None, full: bool = False) -> dict[str, Any]:
-    """Override the student's model/server, add an adapter to evaluate, swap the harness of every pair."""
+    """Override the student's model/server, add an adapter to evaluate, swap the harness of every pair; the
+    round becomes the one that evaluates the pairs."""
     data = {**data, "models": {k: dict(v) for k, v in data["models"].items()},
             "evaluation": {**data["evaluation"], "pairs": [dict(p) for p in data["evaluation"]["pairs"]]}}
     student = data["models"].setdefault("student", {})
@@ -38,27 +39,14 @@ def apply_overrides(data: dict[str, Any], *, model: str | None = None, api_base:
         if not any(p.get("adapter") == adapter for p in pairs):
             pairs.insert(1, {"model": "student", "adapter": adapter})
     if harness:
-        before = [EvalPair.model_validate(p).name for p in data["evaluation"]["pairs"]]
         for p in data["evaluation"]["pairs"]:
             p["harness"] = harness
-        renamed = dict(zip(before, (EvalPair.model_validate(p).name for p in data["evaluation"]["pairs"]), strict=True))
-        if data.get("attribution"):
-            data["attribution"] = _rename_pairs(data["attribution"], renamed)
+    data["round"] = None  # the round that evaluates `evaluation.pairs` (flows.config.RunConfig._pairs_round)
     if full:
         data["evaluation"]["n_instances"] = None
     elif n_instances is not None:
         data["evaluation"]["n_instances"] = n_instances
     return data
-
-
-def _rename_pairs(attribution: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
-    """The attribution section's pair references after the pairs were renamed (a swapped harness renames them)."""
-    out = dict(attribution)
-    for key in ("base_pair", "expert_pair"):
-        if out.get(key) in renamed:
-            out[key] = renamed[out[key]]
-    out["shifts"] = [[renamed.get(a, a), renamed.get(b, b)] for a, b in out.get("shifts") or []]
-    return out
 
 
 @flow(name="evaluation-on-demand", log_prints=True)
@@ -77,6 +65,10 @@ def evaluation_deployment(
     config = parse_config(apply_overrides(base, model=model, api_base=api_base, adapter=adapter, adapter_path=adapter_path,
                                           harness=harness, n_instances=n_instances, full=full), config_path)
     preflight(config, Path.cwd())
-    result = evaluation_flow(config)
-    print(f"report: {result.report.report_path}")
-    return {"run_id": result.run_id, "report": result.report.report_path, "table": result.report.family_rows}
+    from flows.round.flow import coevolution_run
+
+    result = coevolution_run(config, new_run_id(config.name), base_dir=str(Path.cwd()))
+    (done,) = result.rounds
+    report = RunStore(Path(result.run_dir) / "rounds", f"r{done.t}").done("round")["report"]["output"]
+    print(f"report: {done.report_path}")
+    return {"run_id": result.run_id, "report": done.report_path, "table": report["rows"]}

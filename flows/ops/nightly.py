@@ -3,11 +3,12 @@
     nightly_evaluation(runs_dir="runs", config_path="deploy/configs/local.yaml", night=None)
 
 1. The promotion registry under `runs_dir` (flows/ops/registry.py) names the current pair of each family.
-2. Each pair is one evaluation run (`evaluation_flow` as a subflow, run id `nightly-<night>-<family>`, so a
-   rerun of the same night resumes and reuses its finished rollouts): the config file supplies the split
-   size, seeds, limits, Ray and the student's serving options (api_base, sampling); the pair supplies the
-   student's model string, its merged weights (served under the student's name on the config's first server
-   when `student_path` is set; no server otherwise) and the harness file. Attribution and training are off.
+2. Each pair is one run of the round [evaluate_pairs, report] (`coevolution_run` as a subflow, run id
+   `nightly-<night>-<family>`, so a rerun of the same night resumes and reuses its finished rollouts): the
+   config file supplies the split size, seeds, limits, Ray and the student's serving options (api_base,
+   sampling); the pair supplies the student's model string, its merged weights (served under the student's
+   name on the config's first server when `student_path` is set; no server otherwise) and the harness file.
+   Attribution and training are off.
 3. The mean score over the pair's rollouts (instances x seeds) is recorded in the registry, and compared
    with the same pair's latest score from an earlier night.
 
@@ -35,13 +36,16 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict
 
 from flows.config import RunConfig, load_config, parse_config
-from flows.evaluation.flow import evaluation_flow, slug
 from flows.ops.registry import NightlyScore, Promotion, PromotionRegistry
+from flows.rollouts import slug
+from flows.round.eval import EvalRecord, frame_of
+from flows.round.stages import PAIRS_PREFIX
 from flows.store import RunStore, atomic_write_text
 
 MIN_DROP = 0.05
 Z = 1.645
-PAIR = "promoted"  # the one pair of each nightly evaluation run
+PAIR = "promoted"  # the label of the one pair of each nightly run
+STAGES = ["evaluate_pairs", "report"]
 
 
 class NightlyRegression(RuntimeError):
@@ -95,7 +99,8 @@ def regressed(previous_mean: float, previous_n: int, mean: float, n: int) -> tup
 
 
 def pair_config(base: RunConfig, promo: Promotion, runs_dir: str) -> RunConfig:
-    """The evaluation config of one promoted pair: the base config's scale and serving, the pair's model/harness."""
+    """The run config of one promoted pair: the base config's scale and serving, the pair's model and harness, the
+    round [evaluate_pairs, report]."""
     data = base.model_dump(mode="json")
     models = data["models"]
     models["student"] = {**models.get("student", {}), "model": promo.student}
@@ -103,18 +108,17 @@ def pair_config(base: RunConfig, promo: Promotion, runs_dir: str) -> RunConfig:
     servers = [{**data["servers"][0], "model": promo.student_path, "name": served}] \
         if promo.student_path and data.get("servers") else []
     data.update(name=f"nightly-{promo.family}", runs_dir=runs_dir, families=[promo.family], servers=servers,
-                adapters=[], tiny_model=None, training=None, attribution=None)
+                adapters=[], tiny_model=None, attribution=None, round={"stages": STAGES})
     data["evaluation"] = {**data["evaluation"], "split": "test",
                           "pairs": [{"model": "student", "harness": promo.harness_path, "label": PAIR}]}
     return parse_config(data, f"nightly pair {promo.family}")
 
 
 def _score(run_dir: str) -> tuple[float, int]:
-    """Mean score and rollout count of the run's one pair, read back from the run store."""
-    root = Path(run_dir)
-    store = RunStore.open_existing(root.parent, root.name)
-    info = store.done("evaluate")[PAIR]
-    frame = store.chunk_frame(info["stage"], info["chunks"])
+    """Mean score and rollout count of the run's one pair, read back from its round's store."""
+    store = RunStore.open_existing(Path(run_dir) / "rounds", "r0")
+    pairs = store.done("round")["evaluate_pairs"]["output"]["pairs"]
+    frame = frame_of(store, [EvalRecord.model_validate(pairs[PAIRS_PREFIX + PAIR])])
     return float(frame["score"].mean() or 0.0), frame.height
 
 
@@ -174,6 +178,8 @@ def nightly_evaluation(runs_dir: str = "runs", config_path: str = "deploy/config
                        night: str | None = None, fail_on_regression: bool = True) -> NightlyReport:
     """Evaluate every promoted (student, harness) pair on the test split; record it; flag regressions."""
     night = check_night(night) or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    from flows.round.flow import coevolution_run
+
     log = get_run_logger()
     base = load_config(config_path)
     reg = PromotionRegistry.under(Path(runs_dir))
@@ -181,7 +187,7 @@ def nightly_evaluation(runs_dir: str = "runs", config_path: str = "deploy/config
     log.info("nightly %s: %d promoted pair(s) in %s", night, len(promos), reg.path)
     pairs = []
     for promo in promos:
-        result = evaluation_flow(pair_config(base, promo, runs_dir), run_id=f"nightly-{night}-{promo.family}",
+        result = coevolution_run(pair_config(base, promo, runs_dir), f"nightly-{night}-{promo.family}",
                                  base_dir=str(Path.cwd()))
         mean, n = _score(result.run_dir)
         reg.record_nightly(NightlyScore(family=promo.family, student=promo.student, harness_id=promo.harness_id,

@@ -1,12 +1,16 @@
 """The `round:` section of a run config: one co-evolution round (docs/flows.md, "The co-evolution round").
 
-A config with `round:` is run by `flows/round/flow.py:coevolution_round`; without it, `coevo run` keeps the
-evaluation flow (flows/evaluation/flow.py). The test split, its size and the evaluation seeds come from the run's
-`evaluation:` section (`split`, `n_instances`, `seeds`, `bootstrap_samples`); its `pairs` are not used by a
-round, which evaluates its own pairs (M_t and the expert on h0 and h*_t, and the trained arms).
+Every run is rounds of stages (`flows/round/flow.py:coevolution_round`). The test split, its size and the
+evaluation seeds come from the run's `evaluation:` section (`split`, `n_instances`, `seeds`,
+`bootstrap_samples`); the round evaluates its own pairs (M_t and the expert on h0 and h*_t, and the trained
+arms), and the optional stage `evaluate_pairs` evaluates the section's `pairs` (any models, adapters and
+harnesses side by side: the nightly job, an on-demand evaluation).
 
-`stages` picks which of the round's stages run (default: all); the evaluation-only job is the round
-[evaluate_h0, attribute, report] (deploy/configs/local_eval.yaml). `NEEDS` says what each stage reads.
+`stages` picks which stages run (default: the nine of a co-evolution round, `DEFAULT_STAGES`): the
+evaluation-only job is [evaluate_h0, attribute, report] (deploy/configs/local_eval.yaml); a config without
+`round:` is the round [evaluate_pairs, attribute, report] (`PAIRS_STAGES`; attribute when `attribution:` is
+on). A round without `evolve` has no search: h*_t is its start harness (an imitation-only round trains on h0).
+`NEEDS` says what each stage reads.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ from harness.evolution import parse_strategy
 Arm = Literal["imit_h0", "imit", "corr"]
 ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr")
 ARM_SUFFIX: dict[str, str] = {"imit_h0": "imit-h0", "imit": "imit", "corr": "corr"}
-STAGES: list[str] = ["evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train", "evaluate_arms", "attribute",
-                     "gate", "report"]
+STAGES: list[str] = ["evaluate_pairs", "evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train",
+                     "evaluate_arms", "attribute", "gate", "report"]
+DEFAULT_STAGES: list[str] = [s for s in STAGES if s != "evaluate_pairs"]  # the co-evolution round
+PAIRS_STAGES: list[str] = ["evaluate_pairs", "attribute", "report"]  # a config without `round:`
 # What a stage reads from the stages before it: a round that runs a subset (`round.stages`) must include these.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "evaluate_h_star": ("evolve",), "arm_data": ("evolve",), "train": ("arm_data",),
-    "evaluate_arms": ("train",), "gate": ("train", "evaluate_arms"), "report": ()}
+    "evaluate_h_star": ("evolve",), "train": ("arm_data",), "evaluate_arms": ("train",),
+    "gate": ("train", "evaluate_arms"), "report": ()}
+# Stages that call M_t or the expert role (a round of evaluate_pairs, attribute and report needs neither).
+ROLE_STAGES: frozenset[str] = frozenset(DEFAULT_STAGES) - {"attribute", "report"}
 
 
 class SearchSettings(BaseModel):
@@ -82,7 +90,7 @@ class DataSettings(BaseModel):
 
 
 class CorrectionSettings(BaseModel):
-    """The correction arm (flows/evaluation/correction.py); the expert is the round's expert role."""
+    """The correction arm (flows/round/correct.py); the expert is the round's expert role."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -151,7 +159,8 @@ class RoundConfig(BaseModel):
 
     student: str = Field(default="student", description="Role (under `models`) of M_t: a hosted_vllm model.")
     expert: str = Field(default="expert", description="Role of the expert (imitation data, rewrites, headroom).")
-    student_weights: str = Field(description="M_t's weights directory (training base; merged into when promoted).")
+    student_weights: str | None = Field(default=None, description="M_t's weights directory (training base; merged "
+                                        "into when promoted); needed when the round trains.")
     temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="Students are sampled at this temperature; "
                                "each evaluation seed is its own sampling seed.")
     start_harness: str = Field(default="baseline", description="Round 0's start harness: 'baseline' (h0) or a "
@@ -170,11 +179,14 @@ class RoundConfig(BaseModel):
                                           "root, or absolute): the train stage runs `accelerate launch` with it "
                                           "(multi-GPU or multi-process LoRA; checked by --dry-run against the "
                                           "servers); unset, LoRA trains in the flow's process.")
-    stages: list[str] = Field(default_factory=lambda: list(STAGES), description="The stages this round runs, in "
-                              "order (default: all). A subset must hold what its stages read: e.g. the evaluation-only "
-                              "job [evaluate_h0, attribute, report] (M_t and the expert on h0, attributed, reported), "
-                              "or a search without training [evaluate_h0, evolve, evaluate_h_star, attribute, report]. "
-                              "A round without `gate` promotes nothing and is the run's only round.")
+    stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES), description="The stages this round runs, "
+                              "in order (default: the nine of a co-evolution round; `evaluate_pairs`, the "
+                              "`evaluation.pairs` side by side, only when listed). A subset must hold what its stages "
+                              "read: e.g. the evaluation-only job [evaluate_h0, attribute, report], a search without "
+                              "training [evaluate_h0, evolve, evaluate_h_star, attribute, report], or imitation on h0 "
+                              "[evaluate_h0, arm_data, train, evaluate_arms, report] with arms [imit_h0] (without "
+                              "`evolve`, h*_t is the start harness). A round without `gate` promotes nothing and is the "
+                              "run's only round.")
     est_rollout_s: dict[str, float] = Field(default_factory=dict, description="Seconds per rollout by model prefix "
                                             "for the --dry-run estimate (defaults in flows/round/plan.py).")
     stage_timeout_s: dict[str, float] = Field(
@@ -205,8 +217,14 @@ class RoundConfig(BaseModel):
             if missing:
                 raise ValueError(f"'{s}' reads what '{missing[0]}' makes; add '{missing[0]}' (or drop '{s}')")
         if "attribute" in v and not any(s.startswith("evaluate") for s in v):
-            raise ValueError("'attribute' needs an evaluation stage (evaluate_h0, evaluate_h_star or evaluate_arms)")
+            raise ValueError("'attribute' needs an evaluation stage (evaluate_pairs, evaluate_h0, evaluate_h_star or "
+                             "evaluate_arms)")
         return v
+
+    @property
+    def uses_roles(self) -> bool:
+        """Whether a stage of this round calls M_t or the expert (so both roles must exist)."""
+        return bool(ROLE_STAGES & set(self.stages))
 
     @field_validator("arms")
     @classmethod

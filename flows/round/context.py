@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.records import ModelRole
+from agents.records import ModelRole, ToolChoice
 from flows.config import RunConfig
 from flows.round.config import RoundConfig
 from flows.store import RunStore
@@ -26,7 +26,8 @@ class RoundState(BaseModel):
 
     t: int = Field(ge=0)
     student_model: str = Field(description="LiteLLM string of M_t, e.g. hosted_vllm/tiny or hosted_vllm/student-r1.")
-    student_weights: str = Field(description="M_t's weights directory (absolute).")
+    student_weights: str = Field(description="M_t's weights directory (absolute); '' when the round trains nothing "
+                                 "and names none.")
     start_harness: str = Field(description="'baseline' or a directory of <family>.yaml (h*_{t-1}), absolute.")
 
 
@@ -39,6 +40,7 @@ class PairPlan(BaseModel):
     role: ModelRole
     harness: str = Field(description="'baseline' or a harness directory (absolute).")
     label: str = Field(description="The report's row label, e.g. 'M_t h*'.")
+    tool_choice: ToolChoice | None = Field(default=None, description="Passed to every model call of the pair.")
 
 
 @dataclass
@@ -51,7 +53,6 @@ class RoundContext:
 
     @property
     def r(self) -> RoundConfig:
-        assert self.config.round is not None
         return self.config.round
 
     @property
@@ -91,6 +92,5 @@ def round_store(run_root: Path, t: int) -> RunStore:
 def correction_expert(config: RunConfig) -> ModelRole:
     """`round.correction.expert` as a role (a name under `models` or a model string), else the round's expert."""
     r = config.round
-    assert r is not None
     spec = r.correction.expert
     return (config.models.get(spec) or ModelRole(model=spec)) if spec else config.models[r.expert]

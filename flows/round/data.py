@@ -3,7 +3,7 @@
     imit_h0  the expert's successes under h0 + M_t's own successes under h0       (mask: every assistant turn)
     imit     the expert's successes under h*_t + M_t's own successes under h*_t  (mask: every assistant turn)
     corr     M_t's failures under h*_t, t* localized and rewritten by the expert, selected by the verifier
-             (flows/evaluation/correction.py), mixed with M_t's own successes under h*_t, boundary instances first
+             (flows/round/correct.py), mixed with M_t's own successes under h*_t, boundary instances first
              (correction/mix.py)                                                  (mask: the marked turns)
 
 Every row is marked trained turn by turn (`training.dataset.TRAIN_TURN_TRIGGER`), so all three arms build their
@@ -28,8 +28,8 @@ from correction.imitation import build_imitation_set
 from correction.leakage import check_no_leakage
 from correction.mix import MixConfig, mix, pass_rates
 from correction.records import correction_yield
-from flows.evaluation.correction import CorrectionConfig, correct_run, pool_rollouts
-from flows.evaluation.flow import rollout_pool
+from flows.round.correct import CorrectionConfig, correct_run, pool_rollouts
+from flows.rollouts import rollout_pool
 from flows.round.budget import spent_usd
 from flows.plan import harness_for
 from flows.round.context import PairPlan, RoundContext

@@ -18,7 +18,7 @@ from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import Trajectory
-from flows.evaluation.flow import CollectSummary, _retry_transient, run_chunks
+from flows.rollouts import CollectSummary, retry_transient, run_chunks
 from flows.evolution_pool import search_key, search_stage
 from flows.plan import Chunk, RolloutSpec, plan
 from flows.round.context import PairPlan, RoundContext
@@ -55,11 +55,11 @@ def pair_chunks(ctx: RoundContext, pair: PairPlan, split: Split, n_instances: in
                 tag: str) -> list[Chunk]:
     spec = RolloutSpec(name=pair.name, model=pair.role, harness=pair.harness, families=ctx.families(), split=split,
                        n_instances=n_instances, seeds=seeds, limits=ctx.config.limits, tag=tag,
-                       stage=f"eval/{pair.name}")
+                       stage=f"eval/{pair.name}", tool_choice=pair.tool_choice)
     return per_rollout(plan(spec, ctx.base))
 
 
-@task(name="collect", retries=2, retry_delay_seconds=[5, 15], retry_condition_fn=_retry_transient, cache_policy=NONE)
+@task(name="collect", retries=2, retry_delay_seconds=[5, 15], retry_condition_fn=retry_transient, cache_policy=NONE)
 def collect(ctx_config: Any, run_root: str, round_id: str, chunks: list[Chunk], label: str) -> CollectSummary:
     """Run the unfinished rollouts (retried on timeouts and lost actors only)."""
     store = RunStore.open_existing(run_root, round_id)

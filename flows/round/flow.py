@@ -48,6 +48,9 @@ class RoundResult(BaseModel):
     promoted: bool | None = None
     decision: str = ""
     stages: list[dict[str, Any]] = Field(default_factory=list)
+    server_restarts: list[dict[str, Any]] = Field(default_factory=list, description="Servers the round's server "
+                                                  "scope restarted (server, stage, reason).")
+    table: list[dict[str, str]] = Field(default_factory=list, description="The report's main table (success %).")
 
 
 class RunResult(BaseModel):
@@ -63,7 +66,7 @@ class RunResult(BaseModel):
 
 
 def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[int], None]) -> RoundResult:
-    from flows.evaluation.flow import slug
+    from flows.rollouts import slug
 
     runner = StageRunner(ctx, from_stage)
     with _servers(ctx) as servers:
@@ -80,7 +83,8 @@ def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[in
     return RoundResult(t=ctx.t, student=ctx.state.student_model, report_path=rep.report_path if rep else "",
                        promoted=gate.promoted if gate else None,
                        decision=gate.reason if gate else f"no gate (stages: {', '.join(ctx.r.stages)})",
-                       stages=runner.log)
+                       stages=runner.log, server_restarts=[r.model_dump(mode="json") for r in servers.restarts],
+                       table=rep.rows if rep else [])
 
 
 def _servers(ctx: RoundContext) -> Any:
@@ -105,8 +109,6 @@ def _artifact(key: str, stage: str, rec: BaseModel) -> None:
 def run_rounds(config: RunConfig, rounds: int = 1, run_id: str | None = None, from_stage: str | None = None,
                base: Path | None = None) -> RunResult:
     """The rounds of one run under the run lock; see the module docstring."""
-    if config.round is None:
-        raise ConfigError("the config has no `round:` section (use the evaluation flow, or add one)")
     if from_stage is not None and from_stage not in config.round.stages:
         raise ConfigError(f"--from-stage: '{from_stage}' is not a stage of this round; stages: "
                           f"{', '.join(config.round.stages)}")
@@ -131,15 +133,15 @@ def _refuse_placement(config: RunConfig, base: Path) -> None:
 
 
 def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: str | None, base: Path) -> RunResult:
-    from flows.evaluation.flow import _start_ray, build_tiny_model, slug
+    from flows.rollouts import build_tiny_model, slug, start_ray
 
     import ray
 
-    owns_ray = _start_ray(config)
+    owns_ray = start_ray(config)
     results: list[RoundResult] = []
     message = ""
     state, cfg = first_state(config, run, base)
-    per_round = len(config.round.stages)  # type: ignore[union-attr]
+    per_round = len(config.round.stages)
     total = rounds * per_round
     pid = create_progress_artifact(progress=0.0, key=slug("round-progress", run.run_id),
                                    description=f"run {run.run_id}: stages finished of {total}")

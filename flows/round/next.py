@@ -18,10 +18,11 @@ from flows.store import RunStore
 
 def first_state(config: RunConfig, run: RunStore, base: Path) -> tuple[RoundState, RunConfig]:
     r = config.round
-    assert r is not None
     start = "baseline" if r.start_harness == "baseline" else str((base / r.start_harness).resolve())
-    state = RoundState(t=r.index, student_model=config.models[r.student].model,
-                       student_weights=str((base / r.student_weights).resolve()), start_harness=start)
+    student = config.models.get(r.student)
+    state = RoundState(t=r.index, student_model=student.model if student else "-",
+                       student_weights=str((base / r.student_weights).resolve()) if r.student_weights else "",
+                       start_harness=start)
     return state, config
 
 

@@ -56,7 +56,7 @@ def _n(v: int | None, default: int) -> int:
 
 
 def stage_plans(config: RunConfig) -> list[StagePlan]:
-    r: RoundConfig = config.round  # type: ignore[assignment]
+    r: RoundConfig = config.round
     F, ev = len(config.family_names()), config.evaluation
     test = F * _n(ev.n_instances, 60) * ev.seeds
     arms, d = set(r.arms), r.data
@@ -71,6 +71,7 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
     reflector_calls = 0 if r.search.reflector == "library" else \
         F * r.search.seeds * math.ceil(r.search.budget_rollouts / max(r.search.minibatch_size, 1))
     plans = [
+        StagePlan(stage="evaluate_pairs", rollouts={f"pair {p.name}": test for p in ev.pairs}),
         StagePlan(stage="evaluate_h0", rollouts={"student": test, "expert": test}),
         StagePlan(stage="evolve", rollouts={"student": F * r.search.seeds * r.search.budget_rollouts,
                                             "reflector (model calls)": reflector_calls},
@@ -91,7 +92,7 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
 def _role_s(config: RunConfig, role: ModelRole) -> tuple[float, int]:
     """(seconds per rollout, parallel rollouts) of a role, for the estimate."""
     r = config.round
-    est = {**DEFAULT_S, **(r.est_rollout_s if r else {})}
+    est = {**DEFAULT_S, **r.est_rollout_s}
     par = config.ray.actors
     for prefix in LOCAL:
         if role.model.startswith(prefix):
@@ -117,11 +118,11 @@ def _cost(config: RunConfig, role: ModelRole, rollouts: int) -> float | None:
 def _paths(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
     """Model directories: a missing absolute path is a warning (weights live on the GPU host), a missing
     relative one an error (unless the run builds it: `tiny_model.out`)."""
-    r: RoundConfig = config.round  # type: ignore[assignment]
+    r: RoundConfig = config.round
     tiny = (root / config.tiny_model.out).resolve() if config.tiny_model else None
     warnings, errors = [], []
     items = [(f"servers.{i}.model", s.model) for i, s in enumerate(config.servers)]
-    items.append(("round.student_weights", r.student_weights))
+    items += [("round.student_weights", r.student_weights)] if r.student_weights else []
     for key, path in items:
         p = (root / path).resolve()
         if p.exists() or p == tiny:
@@ -140,14 +141,14 @@ def _paths(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
 def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
     """(warnings, errors): model paths, the training base vs the served model, the accelerate config vs the
     servers (devices, tensor-parallel sizes, precision), sequence length vs the server's window."""
-    r: RoundConfig = config.round  # type: ignore[assignment]
+    r: RoundConfig = config.round
     warnings, errors = _paths(config, root)
-    for name in sorted({r.student, r.expert, *(["reflector"] if "reflector" in config.models else [])}):
+    for name in sorted(_roles_used(config)):
         var = config.models[name].api_key_env
         if var and not os.environ.get(var):
             warnings.append(f"models.{name}.api_key_env: {var} is not set here (needed when the run starts)")
-    spec = config.server_for(config.models[r.student])
-    if spec is not None:
+    spec = config.server_for(config.models[r.student]) if r.uses_roles else None
+    if spec is not None and r.student_weights:
         if (root / spec.model).resolve() != (root / r.student_weights).resolve():
             errors.append(f"round.student_weights: '{r.student_weights}' is not the model the student's server "
                           f"'{spec.name}' serves ('{spec.model}'): adapters would be trained on other weights")
@@ -156,12 +157,21 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
                             f"{config.length.max_len}: evaluated contexts are shorter than trained ones")
     if r.accelerate_config and (root / r.accelerate_config).is_file():
         errors += _check_accelerate(config, root / r.accelerate_config, spec.device if spec else "cpu")
-        errors += _check_fsdp_wrap(root / r.accelerate_config, root / r.student_weights, config.lora.target_experts)
+        errors += _check_fsdp_wrap(root / r.accelerate_config, root / (r.student_weights or "."),
+                                   config.lora.target_experts)
     elif spec is not None and spec.device == "gpu":
         warnings.append("round.accelerate_config is unset: LoRA trains in the flow's own process (one device)")
     placed = check_placement(config, root)
     serve_errors, serve_warnings = check_lora_serving(config, root)
     return warnings + placed.warnings + serve_warnings, errors + placed.errors + serve_errors
+
+
+def _roles_used(config: RunConfig) -> set[str]:
+    """The roles (names under `models`) the round's stages call."""
+    r = config.round
+    used = {p.model for p in config.evaluation.pairs} if "evaluate_pairs" in r.stages else set()
+    used |= {r.student, r.expert} if r.uses_roles else set()
+    return used | ({"reflector"} if "reflector" in config.models and "evolve" in r.stages else set())
 
 
 def _check_fsdp_wrap(path: Path, weights: Path, experts: bool = False) -> list[str]:
@@ -222,15 +232,26 @@ def _doctor(config: RunConfig, root: Path, errors: list[str]) -> list[str]:
     return ["preflight (coevo doctor):"] + [f"  {line}" for line in report.lines()]
 
 
+def _plan_roles(config: RunConfig) -> dict[str, ModelRole | None]:
+    """The model behind each rollout count of `stage_plans` (for its time and cost)."""
+    r = config.round
+    roles: dict[str, ModelRole | None] = {f"pair {p.name}": config.role_template(p.model, p.adapter)
+                                          for p in config.evaluation.pairs if p.model in config.models}
+    if r.uses_roles:
+        roles |= {"student": config.models[r.student].model_copy(update={"temperature": r.temperature}),
+                  "expert": config.models[r.expert], "correction_expert": correction_expert(config),
+                  "locator_expert": config.models.get(r.correction.locator_expert)
+                  or ModelRole(model=r.correction.locator_expert)}
+    roles["reflector (model calls)"] = config.models.get("reflector")
+    return roles
+
+
 def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     """The dry-run: stages, rollouts and model calls per role, LoRA runs, time and API cost, checks."""
-    r: RoundConfig = config.round  # type: ignore[assignment]
+    r: RoundConfig = config.round
     plans = stage_plans(config)
     warnings, errors = check_round(config, root)
-    roles: dict[str, ModelRole | None] = {"student": config.models[r.student].model_copy(update={"temperature": r.temperature}),
-             "expert": config.models[r.expert], "correction_expert": correction_expert(config), "locator_expert": config.models.get(r.correction.locator_expert)
-             or ModelRole(model=r.correction.locator_expert),
-             "reflector (model calls)": config.models.get("reflector")}
+    roles = _plan_roles(config)
     lines = [f"round config: {len(config.family_names())} families ({', '.join(config.family_names())}); test "
              f"{config.evaluation.n_instances or 'all'} instances x {config.evaluation.seeds} seeds"
              + (f"; arms {', '.join(r.arms)}; {config.lora.seeds} training seed(s)" if config.trains else "")
@@ -260,7 +281,7 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     lines.append("rollouts per role per round: " + ", ".join(f"{k} {v}" for k, v in per_role.items())
                  + f"; model calls <= rollouts x max_turns {config.limits.max_turns}")
     lora = sum(p.lora_runs for p in plans)
-    spec = config.server_for(config.models[r.student])
+    spec = config.server_for(config.models[r.student]) if r.uses_roles else None
     ex = min(r.data.corrections + r.data.self_successes, len(config.family_names()) * _n(r.data.instances, 20)
              * max(r.data.student_samples, r.data.expert_seeds))
     total_s += lora * ex * config.lora.epochs * LORA_S_PER_EXAMPLE[spec.device if spec else "cpu"]

@@ -17,7 +17,7 @@ from flows.round.context import RoundContext
 from flows.round.data import ArmDataRecord
 from flows.round.eval import EvalRecord, frame_of
 from flows.round.gate import GateRecord
-from flows.round.stages import AttributeRecord, EvolveRecord, grouped
+from flows.round.stages import PAIRS_PREFIX, AttributeRecord, EvolveRecord, grouped
 from flows.store import atomic_write_text
 
 SIMULATED = ("flawed/", "showwork/")
@@ -43,15 +43,18 @@ def test_frame(ctx: RoundContext, tests: dict[str, EvalRecord]) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
-def _notes(ctx: RoundContext) -> list[str]:
+def _notes(ctx: RoundContext, tests: dict[str, EvalRecord]) -> list[str]:
     notes = []
-    models = {ctx.expert().model, ctx.student().model, ctx.r.correction.locator_expert, ctx.correction_expert().model}
+    models = {r.model for r in tests.values()}
+    if ctx.r.uses_roles:
+        models |= {ctx.expert().model, ctx.student().model, ctx.r.correction.locator_expert,
+                   ctx.correction_expert().model}
     sim = sorted(m for m in models if m.startswith(SIMULATED))
     if sim:
         notes.append(f"SIMULATED: {', '.join(sim)} is a simulated policy (flawed/: the oracle with labelled, injected "
                      "faults; showwork/: the show-your-work policy the student learned from, knowing every item); its "
                      "rows are not a model's results.")
-    if ctx.correction_expert().model != ctx.expert().model:
+    if ctx.r.uses_roles and ctx.correction_expert().model != ctx.expert().model:
         notes.append(f"The correction arm's rewrites come from {ctx.correction_expert().model}, imitation and "
                      f"evaluation from {ctx.expert().model}: an expert asked to solve writes its own plan; asked to "
                      "repair one turn, it should repair it in the student's form.")
@@ -88,7 +91,8 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
     corrections, corrections_note = _corrections(ctx, data)
     page = RoundPage(
         title=f"Co-evolution round {ctx.t}: {ctx.store.root.parent.parent.name}",
-        meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model, "start harness": ctx.state.start_harness,
+        meta={"M_t": ctx.state.student_model, "expert": ctx.expert().model if ctx.r.uses_roles else "-",
+              "start harness": ctx.state.start_harness,
               "families": ", ".join(ctx.families()), "test split": f"{ev.split}, {ev.n_instances or 'all'} instances x "
               f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
               "training seeds": ctx.config.lora.seeds if ctx.config.trains else "-",
@@ -96,7 +100,8 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
               "stages": ", ".join(ctx.r.stages)},
         frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections] if attributed is not None else [],
         edits=edits, search=search, gate=gate.model_dump() if gate is not None else {}, stages=stages,
-        notes=_notes(ctx), n_boot=ev.bootstrap_samples, corrections=corrections, corrections_note=corrections_note)
+        pairs=[(n, rec.label) for n, rec in tests.items() if n.startswith(PAIRS_PREFIX)],
+        notes=_notes(ctx, tests), n_boot=ev.bootstrap_samples, corrections=corrections, corrections_note=corrections_note)
     md = round_markdown(page)
     out = ctx.store.root / "reports"
     sections = [ReportSection(**s.model_dump()) for s in attributed.sections] if attributed is not None else []
@@ -106,7 +111,7 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
     atomic_write_text(path, md)
     from analysis.round_report import main_table
 
-    return ReportRecord(report_path=str(path.resolve()), rows=main_table(frame), plots=plots, markdown=md)
+    return ReportRecord(report_path=str(path.resolve()), rows=main_table(frame, page.pairs), plots=plots, markdown=md)
 
 
 def write_summary(run_root: Path, rounds: list[dict[str, Any]]) -> Path:

@@ -15,9 +15,11 @@ from prefect import flow, get_run_logger
 from prefect.flow_engine import FlowRunTimeoutError
 from pydantic import BaseModel
 
+from flows import faults
+from flows.config import RETIRED
 from flows.round import stages as rs
 from flows.round.budget import check_budget, spent_usd
-from flows.round.config import STAGES
+from flows.round.config import DEFAULT_STAGES, STAGES
 from flows.round.context import RoundContext
 from flows.round.data import ArmDataRecord, build_arm_data
 from flows.round.gate import GateRecord, gate
@@ -26,11 +28,12 @@ from flows.round.train import TrainRecord, serve_adapters, train_arms
 from flows.store import content_key
 
 RECORDS: dict[str, type[BaseModel]] = {
-    "evaluate_h0": rs.EvalStage, "evolve": rs.EvolveRecord, "evaluate_h_star": rs.EvalStage, "arm_data": ArmDataRecord,
+    "evaluate_pairs": rs.EvalStage, "evaluate_h0": rs.EvalStage, "evolve": rs.EvolveRecord, "evaluate_h_star": rs.EvalStage, "arm_data": ArmDataRecord,
     "train": TrainRecord, "evaluate_arms": rs.EvalStage, "attribute": rs.AttributeRecord, "gate": GateRecord,
     "report": ReportRecord}
 # What each stage writes in the round's store (globs): moved aside by --from-stage before it recomputes.
 OUTPUTS: dict[str, list[str]] = {
+    "evaluate_pairs": ["trajectories/eval/pairs.*"],
     "evaluate_h0": ["trajectories/eval/M_t.h0", "trajectories/eval/expert.h0"],
     "evolve": ["evolution", "h_star", "trajectories/evolve"],
     "evaluate_h_star": ["trajectories/eval/M_t.hstar", "trajectories/eval/expert.hstar"],
@@ -54,7 +57,7 @@ def fingerprint(ctx: RoundContext) -> str:
     data = ctx.config.model_dump(mode="json", exclude=NOT_IN_KEY)
     for k in ("budget_usd", "est_rollout_s", "accelerate_config", "stage_timeout_s", "placement"):
         data["round"].pop(k, None)
-    if data["round"]["stages"] == STAGES:  # every stage = the round before the field existed: same key
+    if data["round"]["stages"] == DEFAULT_STAGES:  # the round before the field existed: same key
         data["round"].pop("stages")
     # the training settings keyed where they lived before their one home moved to the top level: same key
     data["round"]["lora"], data["round"]["length"] = data.pop("lora"), data.pop("length")
@@ -62,6 +65,10 @@ def fingerprint(ctx: RoundContext) -> str:
         data["round"]["lora"].pop("target_experts", None)
     for role in data["models"].values():
         role.pop("api_base", None)
+    for section, keys in RETIRED.items():  # keyed with the retired keys at their defaults: same key as before
+        target = data if not section else data.get(section)
+        if isinstance(target, dict):
+            target.update(keys)
     return content_key(data, ctx.state.model_dump())
 
 
@@ -93,10 +100,12 @@ class StageRunner:
 
     def _body(self, name: str) -> Callable[[], BaseModel]:
         ctx, r = self.ctx, self.records
-        h_star = lambda: r["evolve"].h_star_dir  # noqa: E731
-        tests = lambda: {k: v for s in ("evaluate_h0", "evaluate_h_star", "evaluate_arms") if s in r  # noqa: E731
-                         for k, v in r[s].pairs.items()}
+        # without a search (no `evolve` stage) h*_t is the round's start harness
+        h_star = lambda: r["evolve"].h_star_dir if "evolve" in r else ctx.state.start_harness  # noqa: E731
+        tests = lambda: {k: v for s in ("evaluate_pairs", "evaluate_h0", "evaluate_h_star", "evaluate_arms")  # noqa: E731
+                         if s in r for k, v in r[s].pairs.items()}
         bodies: dict[str, Callable[[], BaseModel]] = {
+            "evaluate_pairs": lambda: rs.evaluate_config_pairs(ctx),
             "evaluate_h0": lambda: rs.evaluate_base(ctx, "h0", "baseline"),
             "evolve": lambda: rs.evolve(ctx),
             "evaluate_h_star": lambda: rs.evaluate_base(ctx, "hstar", h_star()),
@@ -133,6 +142,7 @@ class StageRunner:
             except FlowRunTimeoutError as e:
                 raise StageTimeout(f"round {ctx.t}: stage {name} passed its limit of {limit:g} s "
                                    f"(round.stage_timeout_s.{name}); its finished work is kept") from e
+            faults.maybe_fail(name, run_root)  # the reliability tests' fault: the stage's work stored, not recorded
             wall, cost = round(time.monotonic() - t0, 1), round(spent_usd(run_root) - before, 4)
             ctx.store.mark_done(STATE_STAGE, name, {"key": self.key, "output": rec.model_dump(mode="json"),
                                                     "wall_s": wall, "cost_usd": cost, "at": time.time()})

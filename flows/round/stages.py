@@ -1,6 +1,7 @@
 """The stages of one co-evolution round, as functions of typed records (flows/round/flow.py runs them in order,
 stores each output record in the round's state.json under its content key, and skips it on resume).
 
+    evaluate_pairs   the `evaluation.pairs` (any roles, adapters, harnesses), test split; only when listed
     evaluate_h0      M_t and the expert on h0, test split
     evolve           h*_t per family: the harness search around M_t from the round's start harness
     evaluate_h_star  M_t and the expert on h*_t, test split (upward transfer; the trigger scan reads them)
@@ -24,12 +25,13 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.records import ModelRole, Trajectory
-from analysis.attribution import make_attributor
+from analysis.attribution import Attributor, make_attributor
 from analysis.attribution.batch import attribute_batch
 from analysis.attribution.records import read_attribution_frame, write_attribution_frame
-from analysis.fit import FitConfig
 from analysis.report_sections import composition_section, fit_section, trigger_section
+from flows.config import AttributionConfig, EvalPair
 from flows.evolution import EvolveSettings, evolve_harness
+from flows.rollouts import slug
 from flows.round.config import ARMS, adapter_name
 from flows.round.context import PairPlan, RoundContext
 from flows.round.eval import EvalRecord, evaluate_pairs, trajectories_of
@@ -52,6 +54,28 @@ def evaluate_base(ctx: RoundContext, which: str, harness: str) -> EvalStage:
     h = "h0" if which == "h0" else "h*"
     pairs = [PairPlan(name=f"M_t.{which}", role=ctx.student(), harness=harness, label=f"M_t {h}"),
              PairPlan(name=f"expert.{which}", role=ctx.expert(), harness=harness, label=f"expert {h}")]
+    return EvalStage(pairs=evaluate_pairs(ctx, pairs, ev.split, ev.n_instances, ev.seeds))
+
+
+PAIRS_PREFIX = "pairs."
+
+
+def config_pair(ctx: RoundContext, pair: EvalPair) -> PairPlan:
+    """One `evaluation.pairs` entry as a round pair: `pairs.<slug of its label>`, the role (or its adapter)."""
+    harness = pair.harness if pair.harness == "baseline" else str((ctx.base / pair.harness).resolve())
+    return PairPlan(name=PAIRS_PREFIX + slug(pair.name), role=ctx.config.role_template(pair.model, pair.adapter),
+                    harness=harness, label=pair.name, tool_choice=pair.tool_choice)
+
+
+def evaluate_config_pairs(ctx: RoundContext) -> EvalStage:
+    """The `evaluation.pairs` side by side on the test split (the nightly job, an on-demand evaluation)."""
+    ev = ctx.config.evaluation
+    pairs = [config_pair(ctx, p) for p in ev.pairs]
+    names = [p.name for p in pairs]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ValueError(f"evaluation.pairs: labels that differ only in punctuation share the store name {clash[0]}; "
+                         "give them distinct `label`s")
     return EvalStage(pairs=evaluate_pairs(ctx, pairs, ev.split, ev.n_instances, ev.seeds))
 
 
@@ -165,32 +189,42 @@ class AttributeRecord(BaseModel):
     at_risk: list[str]
 
 
+def build_attributor(a: AttributionConfig, judge_role: ModelRole | None = None) -> Attributor:
+    """'judge' alone uses the run's `judge` role; 'judge:MODEL' a model string; 'heuristic' needs nothing."""
+    if a.attributor == "judge":
+        if judge_role is None:
+            raise ValueError("attribution.attributor: 'judge' needs a `judge` role under `models` (or use judge:MODEL)")
+        return make_attributor(f"judge:{judge_role.model}", api_base=judge_role.api_base,
+                               max_tokens=judge_role.max_tokens)
+    return make_attributor(a.attributor)
+
+
 def attribute(ctx: RoundContext, tests: dict[str, EvalRecord]) -> AttributeRecord:
     """Every failing test rollout of every group gets a category; composition, trigger rates, fit."""
-    a = ctx.config.attribution
-    spec = a.attributor if a is not None and a.attributor != "judge" else "heuristic"
-    attributor = make_attributor(spec)
+    a = ctx.config.attribution or AttributionConfig()
+    attributor = build_attributor(a, ctx.config.models.get("judge"))
     groups = grouped(tests)
     by_group: dict[str, list[Trajectory]] = {g: trajectories_of(ctx.store, recs) for g, recs in groups.items()}
     frames, files, failing = [], {}, {}
     for g, trajs in by_group.items():
         path = ctx.store.path("attributions", f"{g}-{content_key(sorted(t.id for t in trajs), attributor.name)}.parquet")
         if not path.exists():
-            batch = asyncio.run(attribute_batch(trajs, attributor, pair_of=lambda t, g=g: g, concurrency=4))
+            batch = asyncio.run(attribute_batch(trajs, attributor, pair_of=lambda t, g=g: g, concurrency=a.concurrency))
             write_attribution_frame(path, batch.frame)
         frame = read_attribution_frame(path)
         files[g], failing[g] = str(path), frame.height
         frames.append(frame.with_columns(pl.lit(g).alias("pair")))
     order = list(by_group)
-    n_boot = a.bootstrap_samples if a else 2000
-    shifts = [("M_t.hstar", "imit.hstar"), ("M_t.hstar", "corr.hstar"), ("M_t.h0", "imit_h0.h0")]
+    n_boot = a.bootstrap_samples
+    configured = [g for g in order if g.startswith(PAIRS_PREFIX)]  # the first configured pair is their reference
+    shifts = [("M_t.hstar", "imit.hstar"), ("M_t.hstar", "corr.hstar"), ("M_t.h0", "imit_h0.h0"),
+              *((configured[0], g) for g in configured[1:])]
     sections = []
     if frames and sum(f.height for f in frames):
-        sections.append(composition_section(pl.concat(frames, how="diagonal_relaxed"), order, random.Random(0),
+        sections.append(composition_section(pl.concat(frames, how="diagonal_relaxed"), order, random.Random(a.seed),
                                             shifts=shifts, n_boot=n_boot))
     sections.append(trigger_section(by_group, order))
-    fit_cfg = a.fit if a else FitConfig()
-    fit = fit_section(by_group, "M_t.hstar", "expert.hstar", fit_cfg) if "M_t.hstar" in by_group else None
+    fit = fit_section(by_group, "M_t.hstar", "expert.hstar", a.fit) if "M_t.hstar" in by_group else None
     at_risk = sorted({r["pair"] for r in fit.rows if r["family"] == "overall" and r["at_risk"]}) if fit else []
     sections += [fit] if fit else []
     return AttributeRecord(attributor=attributor.name, failing=failing, files=files, at_risk=at_risk,
