@@ -155,7 +155,8 @@ def _print_table(t: int, rows: list[dict[str, str]]) -> None:
         table.add_column(col, justify="left" if col == "row" else "right")
     for r in ran:
         table.add_row(*r.values())
-    console.print(table)
+    # a log file (not a terminal) is 80 columns to rich: give it room so each row stays on one line
+    (console if console.is_terminal else Console(width=160)).print(table)
 
 
 @contextlib.contextmanager
