@@ -86,8 +86,9 @@ class AttributionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(default=True, description="Run the `attribute` stage (false: the section is kept, "
-                                                    "the stage skipped).")
+    enabled: bool = Field(default=True, description="false: the section is kept but nothing is attributed (a config "
+                                                    "without `round:` leaves the `attribute` stage out; a "
+                                                    "`round.stages` that lists it is refused).")
     attributor: str = Field(default="heuristic", description="'heuristic', 'judge' (the `judge` role of `models`) "
                                                              "or 'judge:MODEL'.")
     concurrency: int = Field(default=4, ge=1, description="Trajectories attributed at once.")
@@ -177,7 +178,8 @@ class RunConfig(BaseModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     lora: TrainConfig = Field(default_factory=TrainConfig, description="LoRA-SFT settings (training.config."
                               "TrainConfig: rank, epochs, lr, seeds, ...) of whatever the run trains: the round's arms "
-                              "(`seeds` = training seeds per arm). The defaults are the paper's recipe; `rank` must be at most the serving server's max_lora_rank.")
+                              "(`seeds` = training seeds per arm). The defaults are the paper's recipe; `rank` must "
+                              "be at most the serving server's max_lora_rank.")
     length: LengthRule = Field(default_factory=LengthRule, description="Sequence length of the training examples "
                                "(training.config.LengthRule): max_len, raised to 2x when more than raise_above of "
                                "the examples exceed it; longer examples are dropped and counted.")
@@ -253,6 +255,9 @@ class RunConfig(BaseModel):
                 if pair.model not in self.models:
                     raise ValueError(f"evaluation.pairs.{i}.model: role '{pair.model}' is not defined under `models` "
                                      f"(defined: {', '.join(self.models) or 'none'})")
+        if self.attribution is not None and not self.attribution.enabled and "attribute" in r.stages:
+            raise ValueError("attribution.enabled: false, but round.stages runs 'attribute'; remove it from "
+                             "round.stages (or the section)")
         if "train" in r.stages and r.student_weights is None:
             raise ValueError("round.student_weights: the train stage trains on M_t's weights; give their directory")
         if not r.uses_roles:

@@ -79,6 +79,9 @@ def test_attribution_off_and_a_bad_attributor(tmp_path: Path) -> None:
     off = parse_config(_config(tmp_path, enabled=False))
     assert off.attribution is not None and not off.attribution.enabled
     assert off.round.stages == ["evaluate_pairs", "report"]  # no attribute stage
+    explicit = {**_config(tmp_path, enabled=False), "round": {"stages": ["evaluate_pairs", "attribute", "report"]}}
+    with pytest.raises(ConfigError, match=r"attribution\.enabled: false, but round\.stages runs 'attribute'"):
+        parse_config(explicit)
     with pytest.raises(ConfigError, match=r"attribution\.attributor: unknown attributor 'judgement'"):
         parse_config(_config(tmp_path, attributor="judgement"))
     with pytest.raises(ConfigError, match=r"attribution\.attributor: 'judge' needs a `judge` role"):

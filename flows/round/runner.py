@@ -28,7 +28,8 @@ from flows.round.train import TrainRecord, serve_adapters, train_arms
 from flows.store import content_key
 
 RECORDS: dict[str, type[BaseModel]] = {
-    "evaluate_pairs": rs.EvalStage, "evaluate_h0": rs.EvalStage, "evolve": rs.EvolveRecord, "evaluate_h_star": rs.EvalStage, "arm_data": ArmDataRecord,
+    "evaluate_pairs": rs.EvalStage, "evaluate_h0": rs.EvalStage, "evolve": rs.EvolveRecord,
+    "evaluate_h_star": rs.EvalStage, "arm_data": ArmDataRecord,
     "train": TrainRecord, "evaluate_arms": rs.EvalStage, "attribute": rs.AttributeRecord, "gate": GateRecord,
     "report": ReportRecord}
 # What each stage writes in the round's store (globs): moved aside by --from-stage before it recomputes.
