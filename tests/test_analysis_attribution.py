@@ -95,7 +95,7 @@ def test_attributors_refuse_ground_truth(cases: list[Trajectory]) -> None:
 
 def test_only_the_measurement_reads_injected_faults() -> None:
     readers = []
-    stage = [REPO / "flows" / "cli" / "attribute.py", REPO / "flows" / "evaluation" / "attribution.py"]
+    stage = [REPO / "flows" / "cli" / "attribute.py", REPO / "flows" / "round" / "stages.py"]  # the attribute stage
     for path in [*(REPO / "analysis").rglob("*.py"), *stage]:
         if re.search(r"\.injected_faults\b", path.read_text()):
             readers.append(path.relative_to(REPO).as_posix())
