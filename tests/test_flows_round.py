@@ -31,7 +31,7 @@ from flows.cli import app
 from flows.ops.registry import PromotionRegistry
 from flows.round.lock import LOCK_FILE, LockHeld, RunLock
 from flows.round.train import _step_progress
-from flows.round.config import STAGES, RoundConfig
+from flows.round.config import DEFAULT_STAGES, RoundConfig
 from flows.store import RunStore, list_runs
 from training.lora import SUMMARY_FILE, StepLog, TrainSummary
 
@@ -118,7 +118,7 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     runs = tmp_path / "runs"
     (run_id,) = list_runs(runs)
     state = _round_state(runs, run_id, t)
-    assert set(state) == set(STAGES)  # every stage ran and recorded its output
+    assert set(state) == set(DEFAULT_STAGES)  # every stage ran and recorded its output
     report = (runs / run_id / "rounds" / f"r{t}" / "reports" / "report.md").read_text()
     for row in ("M_t on h0", "M_t on h*", "expert on h0", "expert on h*", "imitation on h0", "imitation on h*",
                 "correction on h*"):
@@ -153,7 +153,7 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     forced = invoke(["run", "--resume", run_id, "--runs-dir", str(runs), "--from-stage", "attribute"])
     assert forced.exit_code == 0, forced.output
     after = _round_state(runs, run_id, t)
-    for name in STAGES[:STAGES.index("attribute")]:
+    for name in DEFAULT_STAGES[:DEFAULT_STAGES.index("attribute")]:
         assert after[name] == state[name], name
     for name in ("attribute", "gate", "report"):
         assert after[name]["at"] > state[name]["at"], name
@@ -263,7 +263,7 @@ def test_a_stage_past_its_timeout_fails_the_run_and_keeps_finished_stages(
     again = invoke(["run", "--resume", run_id, "--config", str(cfg)])
     assert again.exit_code == 0, again.output
     after = _round_state(tmp_path / "runs", run_id, raw["round"]["index"])
-    assert set(after) == set(STAGES) and after["evaluate_h0"] == state["evaluate_h0"]
+    assert set(after) == set(DEFAULT_STAGES) and after["evaluate_h0"] == state["evaluate_h0"]
     adapters = [Path(d) for arm in after["train"]["output"]["arms"].values() for d in arm["adapters"].values()]
     assert adapters, after["train"]["output"]
     for d in adapters:  # each written once by rank 0 of a 2-process group
@@ -275,7 +275,7 @@ def test_stage_timeouts_name_an_unknown_stage_or_a_bad_limit(tiny_model_dir: Pat
     from pydantic import ValidationError
 
     assert RoundConfig(student_weights=str(tiny_model_dir), stage_timeout_s={"train": 600}).stage_timeout_s == {"train": 600}
-    with pytest.raises(ValidationError, match="unknown stage 'evolv'; stages: evaluate_h0, evolve"):
+    with pytest.raises(ValidationError, match="unknown stage 'evolv'; stages: evaluate_pairs, evaluate_h0, evolve"):
         RoundConfig(student_weights=str(tiny_model_dir), stage_timeout_s={"evolv": 600})
     with pytest.raises(ValidationError, match="stage 'train': timeout must be > 0 seconds"):
         RoundConfig(student_weights=str(tiny_model_dir), stage_timeout_s={"train": 0})
@@ -418,7 +418,7 @@ def test_from_stage_must_name_a_stage_of_an_existing_run(tmp_path: Path, tiny_mo
     assert fresh.exit_code == 2 and "--from-stage recomputes stages of an existing run" in fresh.output
     run = RunStore(tmp_path / "runs", "20261201-000000-roundtest")
     bad = invoke(["run", "--resume", run.run_id, "--config", str(cfg), "--from-stage", "nope"])
-    assert bad.exit_code == 2 and "--from-stage: unknown stage 'nope'; stages: evaluate_h0" in " ".join(bad.output.split())
+    assert bad.exit_code == 2 and "--from-stage: unknown stage 'nope'; stages: evaluate_pairs, evaluate_h0" in " ".join(bad.output.split())
 
 
 def test_train_stage_reports_optimizer_steps_and_each_seeds_final_loss(caplog: pytest.LogCaptureFixture) -> None:
