@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
@@ -258,7 +258,7 @@ class RunConfig(BaseModel):
         if self.attribution is not None and not self.attribution.enabled and "attribute" in r.stages:
             raise ValueError("attribution.enabled: false, but round.stages runs 'attribute'; remove it from "
                              "round.stages (or the section)")
-        if "train" in r.stages and r.student_weights is None:
+        if self.trains and r.student_weights is None:
             raise ValueError("round.student_weights: the train stage trains on M_t's weights; give their directory")
         if not r.uses_roles:
             return
@@ -268,11 +268,12 @@ class RunConfig(BaseModel):
                 raise ValueError(f"round.{key}: role '{name}' is not defined under `models` "
                                  f"(defined: {', '.join(self.models)})")
         role = self.models[r.student]
-        if "train" in r.stages and (role.provider != "hosted_vllm" or not role.api_base):
+        if not self.trains:
+            return
+        if role.provider != "hosted_vllm" or not role.api_base:
             raise ValueError(f"round.student: '{r.student}' is '{role.model}'; the round trains and hot-loads "
                              "adapters, so M_t must be a hosted_vllm model with an api_base")
-        if "train" in r.stages:
-            self._check_lora_rank(role)
+        self._check_lora_rank(role)
 
     def _check_lora_rank(self, role: ModelRole) -> None:
         """The adapters `lora:` trains must fit the server that hot-loads them for `role` (when the run manages it)."""
@@ -293,6 +294,13 @@ class RunConfig(BaseModel):
     def trains(self) -> bool:
         """Whether the run trains LoRA adapters (its round runs the train stage)."""
         return "train" in self.round.stages
+
+    def roles_called(self) -> set[str]:
+        """Names (under `models`) of the roles the round's stages call: the configured pairs' when it runs
+        `evaluate_pairs`, M_t's and the expert's when a stage uses them."""
+        r = self.round
+        used = {p.model for p in self.evaluation.pairs} if "evaluate_pairs" in r.stages else set()
+        return used | ({r.student, r.expert} if r.uses_roles else set())
 
     def family_names(self) -> list[str]:
         return tasks.families() if self.families == ["all"] else list(self.families)
@@ -364,10 +372,7 @@ def _preflight_round(config: RunConfig, root: Path, tiny_out: Path | None) -> No
 
 def _check_key_variables(config: RunConfig) -> None:
     """Every key variable the run will read is set in this process (its value is never read into the config)."""
-    r = config.round
-    used = {p.model for p in config.evaluation.pairs} if "evaluate_pairs" in r.stages else set()
-    used |= {r.student, r.expert} if r.uses_roles else set()
-    for name in sorted(used):
+    for name in sorted(config.roles_called()):
         var = config.models[name].api_key_env
         if var and not os.environ.get(var):
             raise ConfigError(f"models.{name}.api_key_env: environment variable {var} is not set")

@@ -168,10 +168,8 @@ def check_round(config: RunConfig, root: Path) -> tuple[list[str], list[str]]:
 
 def _roles_used(config: RunConfig) -> set[str]:
     """The roles (names under `models`) the round's stages call."""
-    r = config.round
-    used = {p.model for p in config.evaluation.pairs} if "evaluate_pairs" in r.stages else set()
-    used |= {r.student, r.expert} if r.uses_roles else set()
-    return used | ({"reflector"} if "reflector" in config.models and "evolve" in r.stages else set())
+    searches = "reflector" in config.models and "evolve" in config.round.stages
+    return config.roles_called() | ({"reflector"} if searches else set())
 
 
 def _check_fsdp_wrap(path: Path, weights: Path, experts: bool = False) -> list[str]:
