@@ -16,7 +16,7 @@ from prefect import flow
 
 from flows.config import parse_config, preflight
 from flows.config import load_config as _load
-from flows.store import RunStore, new_run_id
+from flows.store import new_run_id
 
 
 def apply_overrides(data: dict[str, Any], *, model: str | None = None, api_base: str | None = None,
@@ -69,6 +69,5 @@ def evaluation_deployment(
 
     result = coevolution_run(config, new_run_id(config.name), base_dir=str(Path.cwd()))
     (done,) = result.rounds
-    report = RunStore(Path(result.run_dir) / "rounds", f"r{done.t}").done("round")["report"]["output"]
     print(f"report: {done.report_path}")
-    return {"run_id": result.run_id, "report": done.report_path, "table": report["rows"]}
+    return {"run_id": result.run_id, "report": done.report_path, "table": done.table}
