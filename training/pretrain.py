@@ -2,7 +2,10 @@
 
 One optimizer step = one example: a whole trajectory (batch 1, no padding: trajectories differ in length) or
 a batch of equal-length sequences (input_ids a list of lists, as the copy curriculum's short segments are);
-the loss is the mean cross-entropy over the example's trained tokens. The step count is fixed, never
+the loss is the mean cross-entropy over the example's trained tokens, or, for an example that carries per-token
+weights (a third list, 0 where untrained), the weighted mean: a token of weight w counts w times. With
+`weight_anneal_to` below 1 the extra weight (w - 1) shrinks linearly to that share of itself by the last step.
+The step count is fixed, never
 time-based, so the result does not depend on how busy the machine is; with `stop_below` it is a maximum, and
 training stops once the recent mean loss falls below that value (deterministic too). Examples are visited in
 a seeded shuffled order, epoch after epoch. AdamW, linear warmup then cosine decay to `min_lr_ratio`.
@@ -43,6 +46,8 @@ class PretrainConfig(BaseModel):
         default=None, gt=0, description="Stop once the mean loss of the last `stop_window` steps is below this "
                                         "(`steps` is then the most steps run); None: always `steps`.")
     stop_window: int = Field(default=100, ge=1)
+    weight_anneal_to: float = Field(default=1.0, ge=0, le=1, description="Share of a weighted token's extra "
+                                    "weight (w - 1) left at the last step (linear from 1 at the first).")
 
 
 class PretrainReport(BaseModel):
@@ -107,13 +112,28 @@ def _converged(losses: list[float], cfg: PretrainConfig) -> bool:
     return cfg.stop_below is not None and len(window) == cfg.stop_window and sum(window) / len(window) < cfg.stop_below
 
 
-Example = tuple[list[int], list[int]] | tuple[list[list[int]], list[list[int]]]
+Example = (tuple[list[int], list[int]] | tuple[list[list[int]], list[list[int]]]
+           | tuple[list[int], list[int], list[float]] | tuple[list[list[int]], list[list[int]], list[list[float]]])
 
 
-def _tensor(rows: list[int] | list[list[int]]) -> Any:
+def _tensor(rows: list[int] | list[list[int]] | list[float] | list[list[float]]) -> Any:
     import torch
 
     return torch.tensor(rows if rows and isinstance(rows[0], list) else [rows])
+
+
+def _loss(model: Any, x: Any, y: Any, weights: Any | None, extra: float) -> Any:
+    """Mean cross-entropy over trained tokens; with `weights`, each token's counts 1 + extra * (w - 1) times."""
+    import torch
+
+    if weights is None:
+        return model(input_ids=x, labels=y).loss
+    logits = model(input_ids=x).logits[:, :-1].float()
+    target, w = y[:, 1:], weights[:, 1:].float()
+    w = torch.where(target != -100, 1.0 + extra * (w - 1.0), torch.zeros_like(w))
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
+                                           ignore_index=-100, reduction="none")
+    return (ce * w.reshape(-1)).sum() / w.sum().clamp_min(1e-9)
 
 
 def pretrain(model: Any, examples: list[Example], cfg: PretrainConfig,
@@ -139,16 +159,17 @@ def pretrain(model: Any, examples: list[Example], cfg: PretrainConfig,
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="micro pretrain", unit="step",
                disable=not progress, dynamic_ncols=True)
     for step in bar:
-        ids, labels = examples[plan[step]]
+        ids, labels, *weights = examples[plan[step]]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         x, y = _tensor(ids), _tensor(labels)
-        out = model(input_ids=x, labels=y)
+        extra = 1.0 - (1.0 - cfg.weight_anneal_to) * step / max(1, cfg.steps - 1)
+        loss = _loss(model, x, y, _tensor(weights[0]) if weights else None, extra)
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        losses.append(round(float(out.loss.detach()), 5))
+        losses.append(round(float(loss.detach()), 5))
         counts["tokens"] += x.numel()
         counts["trained"] += int((y != -100).sum())
         tokens_now += x.numel()

@@ -1,5 +1,6 @@
-"""Success of M0 per family under h0 and hK (runs/micro-eval, written by deploy/micro/evaluate.sh) with the
-paired bootstrap of hK - h0 per family (units: (instance, seed); resampled by instance).
+"""Success of a micro student per family under h0 and each other harness measured (runs/micro-eval, written by
+deploy/micro/evaluate.sh: h0, hK, and for M1 hKp) with the paired bootstrap of <harness> - h0 per family (units:
+(instance, seed); resampled by instance).
 
     PYTHONPATH=$PWD .venv/bin/python deploy/micro/summarize.py [runs/micro-eval]
 """
@@ -16,34 +17,44 @@ from agents.tables.trajectories import read_frame
 from analysis.stats import paired_bootstrap
 
 
+def harnesses(root: Path) -> list[str]:
+    """The harnesses measured under `root`: h0 first, then the others in name order."""
+    names = sorted(d.name for d in root.iterdir() if d.is_dir())
+    return ["h0"] + [n for n in names if n != "h0"] if "h0" in names else names
+
+
 def main(root: Path) -> None:
     frames = []
-    for harness in ("h0", "hK"):
+    for harness in harnesses(root):
         for d in sorted((root / harness).glob("*")):
             f = read_frame(d)
             if not f.is_empty():
                 frames.append(f.with_columns(pl.lit(harness).alias("pair")))
     frame = pl.concat(frames, how="diagonal_relaxed")
-    print("| family | h0 success | hK success | hK - h0 (95% CI, paired bootstrap) | significant |")
-    print("|---|---|---|---|---|")
-    for family in sorted(frame["family"].unique().to_list()):
-        sub = frame.filter(pl.col("family") == family)
-        cells = []
-        for harness in ("h0", "hK"):
-            h = sub.filter(pl.col("pair") == harness)
-            n_inst = h["instance_id"].n_unique()
-            cells.append(f"{h['passed'].sum()}/{h.height} = {100 * h['passed'].mean():.1f}% ({n_inst} inst.)"
-                         if h.height else "-")
-        try:
-            d = paired_bootstrap(sub, "hK", "h0", family=family)
-            diff = f"{100 * d.diff:+.1f} pts [{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]"
-            sig = "yes" if d.significant else "no"
-        except ValueError as e:
-            diff, sig = str(e), "-"
-        print(f"| {family} | {cells[0]} | {cells[1]} | {diff} | {sig} |")
+    for other in harnesses(root)[1:]:
+        print(f"\n| family | h0 success | {other} success | {other} - h0 (95% CI, paired bootstrap) | significant |")
+        print("|---|---|---|---|---|")
+        for family in sorted(frame["family"].unique().to_list()):
+            print(_row(frame.filter(pl.col("family") == family), family, other))
     stops = frame.group_by("pair", "family", "stop_reason").len().sort("pair", "family", "stop_reason")
     print("\nstop reasons:\n" + "\n".join(f"  {r['pair']} {r['family']} {r['stop_reason']}: {r['len']}"
                                          for r in stops.iter_rows(named=True)))
+
+
+def _row(sub: pl.DataFrame, family: str, other: str) -> str:
+    cells = []
+    for harness in ("h0", other):
+        h = sub.filter(pl.col("pair") == harness)
+        n_inst = h["instance_id"].n_unique()
+        cells.append(f"{h['passed'].sum()}/{h.height} = {100 * h['passed'].mean():.1f}% ({n_inst} inst.)"
+                     if h.height else "-")
+    try:
+        d = paired_bootstrap(sub, other, "h0", family=family)
+        diff = f"{100 * d.diff:+.1f} pts [{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]"
+        sig = "yes" if d.significant else "no"
+    except ValueError as e:
+        diff, sig = str(e), "-"
+    return f"| {family} | {cells[0]} | {cells[1]} | {diff} | {sig} |"
 
 
 FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stock_alert": "get_email_template",
@@ -58,7 +69,7 @@ def behaviour(root: Path) -> None:
     from training.micro.policies import has_policy
 
     print("\nbehaviour:")
-    for harness in ("h0", "hK"):
+    for harness in harnesses(root):
         for d in sorted((root / harness).glob("*")):
             ts = read_trajectories(d)
             if not ts:

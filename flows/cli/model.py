@@ -40,64 +40,83 @@ def model_tiny(
 
 
 _MICRO = micro_build.MicroSpec()
+_DEFAULT = "the recipe's"
 
 
 @model_app.command("micro")
 def model_micro(
     out: Annotated[Path, typer.Option(help="Output directory for weights, tokenizer, spec and build record.")],
-    seed: Annotated[int, typer.Option(help="Seed of the harness mixture, the policy's faults, the init and the "
+    recipe: Annotated[str, typer.Option(
+        help="m0: the mixture recipe of M0 (deploy/micro); m1: the harness-reading recipe of M1 (deploy/micro1: "
+             "generated harnesses, weighted minimal pairs, a wider model). Every option below defaults to the "
+             "recipe's value (micro_model_spec.json of each committed student lists them).")] = "m0",
+    seed: Annotated[int, typer.Option(help="Seed of the harnesses, the policy's misses, the init and the "
                                            "data order: same seed (same machine), byte-identical weights.")] = 0,
-    steps: Annotated[int, typer.Option(min=1, help="Training steps (one demonstration each); fixed, not timed.")] = _MICRO.train.steps,
-    demos_per_family: Annotated[int, typer.Option(min=1, help="pretrain instances 1000.. per family, times the "
-                                                   "family's weight (MicroSpec.demo_weights).")] = _MICRO.demos_per_family,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Training steps (one example each); fixed, not "
+                                                 f"timed. Default: {_DEFAULT}.")] = None,
+    demos_per_family: Annotated[Optional[int], typer.Option(min=1, help="pretrain instances 1000.. per family, "
+                                                            "times the family's weight (MicroSpec.demo_weights). "
+                                                            f"Default: {_DEFAULT}.")] = None,
     families: Annotated[str, typer.Option(help="Comma-separated families to demonstrate.")] = ",".join(micro_build.FAMILIES),
     threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = _MICRO.train.threads,
-    anomaly_program: Annotated[str, typer.Option(
+    anomaly_program: Annotated[Optional[str], typer.Option(
         help="anomaly_detection's demonstration program: 'paste' (the parameter file pasted into the query; every "
-             "committed M0) or 'values' (each range copied into a VALUES row; docs/students.md).")] = _MICRO.anomaly_program,
+             "committed M0) or 'values' (each range copied into a VALUES row; M1). Default: "
+             f"{_DEFAULT}.")] = None,
     sku_copies: Annotated[int, typer.Option(
         min=0, help="Copies of each website_admin demonstration with a fresh random SKU (0 in every committed "
-                    "M0; docs/students.md).")] = _MICRO.sku_copies,
-    copy_phase_steps: Annotated[int, typer.Option(
+                    "student; docs/students.md).")] = _MICRO.sku_copies,
+    copy_phase_steps: Annotated[Optional[int], typer.Option(
         min=0, help="Steps of the copy phase (batches of short synthetic copy sequences) before the "
-                    "demonstrations; the most it runs with --copy-phase-stop-loss. 0: no copy phase.")] = _MICRO.copy_phase_steps,
+                    "demonstrations; the most it runs with --copy-phase-stop-loss. 0: no copy phase. Default: "
+                    f"{_DEFAULT}.")] = None,
     copy_phase_stop_loss: Annotated[Optional[float], typer.Option(
         help="End the copy phase once its mean loss over 100 steps is below this (a formed copying "
-             "circuit reaches ~0.03, an unformed one plateaus ~1.1). Default: run every step.")] = None,
+             "circuit reaches ~0.03, an unformed one plateaus ~1.1). Default: the recipe's (m0: run every "
+             "step; m1: 0.1).")] = None,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Checkpoint folder (default OUT/.work); a rerun with the same spec resumes from it.")] = None,
 ) -> None:
-    """Build M0, the micro student: a small Qwen3-architecture model trained from scratch on CPU.
+    """Build a micro student: a small Qwen3-architecture model trained from scratch on CPU.
 
-    Demonstrations of flawed/<family>@native (SIMULATED) on the pretrain split (indices >= 1000) under a
-    mixture of harnesses (h0, hK = h0 + the knowledge card, random typed-edit variations), a tokenizer
-    trained on them, full-parameter training with a progress bar. See deploy/micro/README.md.
+    Show-your-work demonstrations (and flawed/<family>@native, SIMULATED, where a family has none) on the
+    pretrain split (indices >= 1000) under varied harnesses, a tokenizer trained on them, full-parameter
+    training with a progress bar. M0 (--recipe m0): deploy/micro/README.md; M1 (--recipe m1): a student whose
+    actions follow its harness, deploy/micro1/README.md and docs/students.md.
     """
     if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
         fail(f"--out: {out} is not a directory path (a file is in the way)")
+    if recipe not in micro_build.RECIPES:
+        fail(f"--recipe: {recipe!r} is not one of {', '.join(micro_build.RECIPES)}")
     names = tuple(f.strip() for f in families.split(",") if f.strip())
     known = set(tasks.families())
     if not names or any(f not in known for f in names):
         fail(f"--families: unknown {', '.join(f for f in names if f not in known) or '(none given)'}; "
              f"known: {', '.join(sorted(known))}")
-    if anomaly_program not in ANOMALY_PROGRAMS:
+    if anomaly_program is not None and anomaly_program not in ANOMALY_PROGRAMS:
         fail(f"--anomaly-program: {anomaly_program!r} is not one of {', '.join(ANOMALY_PROGRAMS)}")
     if copy_phase_stop_loss is not None and not copy_phase_stop_loss > 0:
         fail(f"--copy-phase-stop-loss: {copy_phase_stop_loss} must be above 0")
-    base = micro_build.MicroSpec()
-    spec = micro_build.MicroSpec(seed=seed, families=names, demos_per_family=demos_per_family,
-                                 anomaly_program=anomaly_program,  # type: ignore[arg-type]  (checked above)
-                                 sku_copies=sku_copies, copy_phase_steps=copy_phase_steps,
-                                 copy_phase_stop_loss=copy_phase_stop_loss,
-                                 train=base.train.model_copy(update={"steps": steps, "threads": threads}))
+    base = micro_build.RECIPES[recipe]()
+    given = {"demos_per_family": demos_per_family, "anomaly_program": anomaly_program,
+             "copy_phase_steps": copy_phase_steps, "copy_phase_stop_loss": copy_phase_stop_loss}
+    train = {"threads": threads, **({"steps": steps} if steps is not None else {})}
+    spec = base.model_copy(update={"seed": seed, "families": names, "sku_copies": sku_copies,
+                                   "train": base.train.model_copy(update=train),
+                                   **{k: v for k, v in given.items() if v is not None}})
+    spec = micro_build.MicroSpec.model_validate(spec.model_dump())
     path = micro_build.build_micro_model(out, spec, work_dir=work_dir)
     console.print(f"[green]built[/] {path}  sha256(weights)={micro_build.weights_digest(path)}")
     record = json.loads((path / micro_build.BUILD_RECORD).read_text())
     if record["copy_phase_formed"] is False:
         console.print(f"[yellow]warning:[/] the copy phase ended at loss {record['copy_phase']['last_loss']:.3f} "
-                      f"(>= {micro_build.COPY_FORMED_LOSS}): the copying circuit did not form, and M0 will guess "
-                      "the values it should copy. Rebuild with another --seed (more copy-phase steps did not "
+                      f"(>= {micro_build.COPY_FORMED_LOSS}): the copying circuit did not form, and the student will "
+                      "guess the values it should copy. Rebuild with another --seed (more copy-phase steps did not "
                       "form a stuck one: docs/students.md).")
+    if "probe" in record:
+        probe = record["probe"]["apply_probability"]
+        console.print("harness-dependence probe (validation; P(applied) under h0 -> hK): " + "; ".join(
+            f"{f} {p['h0']:.2f} -> {p['hK']:.2f}" for f, p in sorted(probe.items())))
 
 
 @serve_app.command("start")

@@ -74,6 +74,11 @@ def _fresh_name(rng: random.Random, taken: set[str]) -> str:
             return name
 
 
+def fresh_name(rng: random.Random, taken: set[str]) -> str:
+    """A fresh identifier of two or three `WORDS` (not in `taken`; added to it)."""
+    return _fresh_name(rng, taken)
+
+
 def _fresh_sku(like: str) -> Callable[[random.Random, set[str]], str]:
     def fresh(rng: random.Random, taken: set[str]) -> str:
         while True:
@@ -85,17 +90,32 @@ def _fresh_sku(like: str) -> Callable[[random.Random, set[str]], str]:
     return fresh
 
 
-def substituted_copies(trajectory: Any, olds: Sequence[str], fresh: Callable[[random.Random, set[str]], str],
+Fresh = Callable[[random.Random, set[str]], str]
+
+
+def _taken(messages: Sequence[Any]) -> set[str]:
+    text = json.dumps(list(messages))
+    return set(re.findall(rf"[{_WORD_CHAR}-]+", text)) | set(re.findall(rf"[{_WORD_CHAR}]+", text))
+
+
+def substitute(messages: Sequence[Any], olds: Sequence[str], fresh: Fresh, rng: random.Random,
+               taken: set[str] | None = None) -> tuple[list[Any], list[str]]:
+    """`messages` with every word-bounded occurrence of each of `olds` replaced by a value `fresh` draws (never
+    a token of the messages), consistently; and the new values."""
+    taken = _taken(messages) if taken is None else taken
+    news = [fresh(rng, taken) for _ in olds]
+    subs = [(_pattern(old), new) for old, new in zip(olds, news)]
+    return [_replace(m, subs) for m in messages], news
+
+
+def substituted_copies(trajectory: Any, olds: Sequence[str], fresh: Fresh,
                        k: int, rng: random.Random, suffix: str) -> list[Any]:
     """`k` copies of a `Trajectory` with every word-bounded occurrence of each of `olds` replaced by a value
     `fresh` draws (never a token of the original conversation), consistently across all messages."""
-    text = json.dumps(trajectory.messages)
-    taken = set(re.findall(rf"[{_WORD_CHAR}-]+", text)) | set(re.findall(rf"[{_WORD_CHAR}]+", text))
+    taken = _taken(trajectory.messages)
     out = []
     for i in range(k):
-        news = [fresh(rng, taken) for _ in olds]
-        subs = [(_pattern(old), new) for old, new in zip(olds, news)]
-        messages = [_replace(m, subs) for m in trajectory.messages]
+        messages, news = substitute(trajectory.messages, olds, fresh, rng, taken)
         digest = hashlib.sha256(f"{trajectory.id}:{i}:{':'.join(news)}".encode()).hexdigest()[:16]
         out.append(trajectory.model_copy(update={"messages": messages, "id": f"{trajectory.id}-aug{digest}",
                                                  "tag": f"{trajectory.tag}:{suffix}"}))
@@ -105,6 +125,11 @@ def substituted_copies(trajectory: Any, olds: Sequence[str], fresh: Callable[[ra
 def renamed_copies(trajectory: Any, old: str, new: str, k: int, rng: random.Random) -> list[Any]:
     """`k` copies of a rename demonstration (a `Trajectory`) with (old, new) replaced by fresh random names."""
     return substituted_copies(trajectory, [old, new], _fresh_name, k, rng, "renamed")
+
+
+def fresh_code(like: str) -> Fresh:
+    """Fresh codes shaped like `like` (three capitals, a dash, as many digits): a SKU, a sensor id."""
+    return _fresh_sku(like)
 
 
 def resku_copies(trajectory: Any, sku: str, k: int, rng: random.Random) -> list[Any]:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from training.micro.mixture import write_named_harnesses
+from training.micro.reading import ReadingSpec
 from training.micro.vocab import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
@@ -93,6 +94,26 @@ class MicroSpec(BaseModel):
     max_len: int = Field(default=6144, gt=0, description="demonstrations longer than this (tokens) are dropped")
     max_position_embeddings: int = 32768
     train: PretrainConfig = PretrainConfig(steps=3300, warmup_steps=50, checkpoint_every=100)
+    reading: ReadingSpec | None = Field(
+        default=None, description="the harness-reading recipe (M1, training/micro/reading.py); None: M0's mixture")
+
+
+def m1_spec() -> MicroSpec:
+    """M1, the student that reads its harness (docs/students.md): the harness-reading recipe
+    (training/micro/reading.py) on a wider model (4 layers x 4 heads of 64, hidden 256)."""
+    return MicroSpec(
+        demos_per_family=250, demo_weights={"code_refactor": 1.0, "anomaly_detection": 1.2, "payroll_audit": 0.8},
+        show_work_only=("code_refactor", "payroll_audit"), anomaly_program="values", rename_copies=1,
+        copy_examples=300, copy_phase_stop_loss=0.1, hidden_size=256, intermediate_size=512,
+        num_attention_heads=4, num_key_value_heads=4,
+        # after the copy phase, the reading phase: 960 minimal pairs (320 per family) with 240 demonstrations; then
+        # one epoch of 1,300 demonstrations (250 renames + 250 fresh-name copies, 300 anomaly_detection + 300
+        # fresh-id copies, 200 payroll_audit), 300 copy sequences and the other 150 pairs
+        train=PretrainConfig(steps=1750, warmup_steps=100, checkpoint_every=100, weight_anneal_to=0.5),
+        reading=ReadingSpec(pairs=1110, phase_pairs=960, phase_demos=240))
+
+
+RECIPES = {"m0": MicroSpec, "m1": m1_spec}  # name -> the spec `coevo model micro --recipe NAME` starts from
 
 
 def _indices(spec: MicroSpec, family: str) -> list[int]:
@@ -102,11 +123,13 @@ def _indices(spec: MicroSpec, family: str) -> list[int]:
     from training.micro.policies import has_policy
 
     n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
-    if family not in spec.show_work_only:
+    easy = spec.reading is not None and family in spec.reading.easy_only
+    if family not in spec.show_work_only and not easy:
         return list(range(1000, 1000 + n))
     fam, out, index = tasks.get(family), [], 1000
     while len(out) < n:
-        if has_policy(fam.generate(index)):
+        inst = fam.generate(index)
+        if has_policy(inst) and (not easy or inst.difficulty == "easy"):
             out.append(index)
         index += 1
     return out
@@ -292,7 +315,8 @@ def _figures(pairs: list[tuple[str, Any]], built: Any, seconds: float) -> DemoFi
 
 def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Path | None = None,
                       progress: bool = True) -> Path:
-    """Build M0 into `out` (see the module docstring). `work_dir` holds the training checkpoint (resumable)."""
+    """Build the micro student into `out` (see the module docstring). `work_dir` holds the training checkpoint
+    (resumable)."""
     from training.config import LengthRule
     from training.dataset import build_dataset
     from training.micro.curriculum import copy_examples
@@ -301,27 +325,64 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    pairs = demonstrations(spec, progress)
+    demos = _all_demonstrations(spec, progress)
+    pairs = [(label, t) for label, t, _ in demos]
     if spec.only_successful:
         pairs = [(label, t) for label, t in pairs if t.verdict.score >= 1.0]
     trajs = [t for _, t in pairs]
     tokenizer = build_tokenizer(rendered_texts(trajs), spec)
     built = build_dataset(trajs, tokenizer, length=LengthRule(max_len=spec.max_len, raise_above=1.0))
+    examples: list[Any] = [(e.input_ids, e.labels) for e in built.examples]
+    records = spec.reading.records if spec.reading else 0.0
+    examples += copy_examples(tokenizer, spec.copy_examples, spec.seed, spec.copy_tokens, records)
+    pairs_batches: list[Any] = []
+    if spec.reading:
+        from training.micro.reading import pair_batches
+
+        pairs_batches = pair_batches(demos, tokenizer, spec.reading, spec.seed, spec.anomaly_program, progress)
     figures = _figures(pairs, built, time.perf_counter() - t0)
     model = init_model(spec, tokenizer)
-    examples = [(e.input_ids, e.labels) for e in built.examples]
-    examples += copy_examples(tokenizer, spec.copy_examples, spec.seed, spec.copy_tokens)
     cfg = spec.train.model_copy(update={"seed": spec.seed})
     spec_key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]  # resume only the same spec
     work = Path(work_dir or out / ".work") / spec_key
     phase = _copy_phase(model, tokenizer, spec, work / "copy_phase", progress)
-    report = pretrain(model, examples, cfg, work, progress=progress)
+    reading = _reading_phase(model, spec, examples[:len(built.examples)], pairs_batches, work / "reading_phase",
+                             progress)
+    n_first = spec.reading.phase_pairs if spec.reading else 0
+    report = pretrain(model, examples + pairs_batches[n_first:], cfg, work, progress=progress)
+    probe = _probe(model, tokenizer, spec, progress)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))
     write_named_harnesses(out / HARNESS_DIR, spec.families)
-    _write_record(out, spec, model, figures, report, time.perf_counter() - t0, phase)
+    _write_record(out, spec, model, figures, report, time.perf_counter() - t0, phase, probe, reading)
     return out
+
+
+def _all_demonstrations(spec: MicroSpec, progress: bool) -> list[tuple[str, Any, frozenset[str] | None]]:
+    """(label, Trajectory, applied items or None) of every demonstration: M0's mixture, or the harness-reading
+    recipe's generated harnesses when `spec.reading` is set."""
+    if spec.reading is None:
+        return [(label, t, None) for label, t in demonstrations(spec, progress)]
+    from training.micro.reading import demonstrations as reading_demonstrations
+
+    indices = {f: _indices(spec, f) for f in spec.families}
+    return reading_demonstrations(spec.families, indices, spec.reading, spec.seed, spec.anomaly_program,
+                                  spec.rename_copies, progress)
+
+
+def _probe(model: Any, tokenizer: Any, spec: MicroSpec, progress: bool) -> dict[str, Any] | None:
+    """The harness-dependence probe on validation instances (the harness-reading recipe only)."""
+    if spec.reading is None:
+        return None
+    from harness.baseline import baseline
+    from training.micro.mixture import named_harness
+    from training.micro.reading import probe, probe_points
+
+    t0 = time.perf_counter()
+    points = probe_points(spec.families, spec.reading, spec.anomaly_program, progress)
+    result = probe(model, tokenizer, points, {"h0": baseline, "hK": named_harness})
+    return {"points": len(points), "seconds": round(time.perf_counter() - t0, 1), "apply_probability": result}
 
 
 def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progress: bool) -> PretrainReport | None:
@@ -340,14 +401,40 @@ def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progres
     cfg = PretrainConfig(steps=spec.copy_phase_steps, lr=spec.copy_phase_lr, min_lr_ratio=1.0, warmup_steps=50,
                          seed=spec.seed, threads=spec.train.threads, checkpoint_every=200,
                          stop_below=spec.copy_phase_stop_loss)
-    batches = copy_batches(tokenizer, spec.copy_phase_steps, spec.copy_phase_batch, spec.copy_phase_len, spec.seed)
+    batches = copy_batches(tokenizer, spec.copy_phase_steps, spec.copy_phase_batch, spec.copy_phase_len, spec.seed,
+                           spec.reading.records if spec.reading else 0.0)
     report = pretrain(model, batches, cfg, work, progress=progress)
     torch.save(model.state_dict(), weights)
     return report
 
 
+def _reading_phase(model: Any, spec: MicroSpec, demos: list[Any], pairs: list[Any], work: Path,
+                   progress: bool) -> PretrainReport | None:
+    """The harness-reading recipe's first training phase, after the copy phase: the first
+    `reading.phase_pairs` minimal pairs with `reading.phase_demos` demonstrations (seeded sample) shuffled in, so
+    the pairs dominate while the circuit that reads the harness forms; a finished phase is loaded, not rerun."""
+    import torch
+
+    from training.pretrain import pretrain
+
+    if spec.reading is None or not spec.reading.phase_pairs or not pairs:
+        return None
+    done, weights = work / "pretrain_report.json", work / "model_after_reading_phase.pt"
+    if done.exists() and weights.exists():
+        model.load_state_dict(torch.load(weights))
+        return PretrainReport.model_validate_json(done.read_text())
+    rng = random.Random(f"reading-phase:{spec.seed}")
+    chosen = rng.sample(demos, min(spec.reading.phase_demos, len(demos)))
+    examples = pairs[:spec.reading.phase_pairs] + chosen
+    cfg = spec.train.model_copy(update={"steps": len(examples), "seed": spec.seed, "weight_anneal_to": 1.0})
+    report = pretrain(model, examples, cfg, work, progress=progress)
+    torch.save(model.state_dict(), weights)
+    return report
+
+
 def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, report: PretrainReport,
-                  seconds: float, phase: PretrainReport | None) -> None:
+                  seconds: float, phase: PretrainReport | None, probe: dict[str, Any] | None = None,
+                  reading: PretrainReport | None = None) -> None:
     record = {"spec": spec.model_dump(mode="json"), "parameters": sum(p.numel() for p in model.parameters()),
               "weights_sha256": weights_digest(out), "demonstrations": figures.model_dump(),
               "copy_phase": phase.model_dump(exclude={"losses"}) if phase else None,
@@ -355,6 +442,11 @@ def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, 
               "copy_phase_formed": phase.last_loss < COPY_FORMED_LOSS if phase else None,
               "training": report.model_dump(exclude={"losses"}),
               "loss_every_50_steps": report.losses[::50], "build_seconds": round(seconds, 1)}
+    if probe is not None:
+        record["probe"] = probe
+    if reading is not None:
+        record["reading_phase"] = reading.model_dump(exclude={"losses"})
+        record["reading_phase_loss_every_50_steps"] = reading.losses[::50]
     (out / BUILD_RECORD).write_text(json.dumps(record, indent=1))
 
 

@@ -9,7 +9,11 @@ identifiers as the rename copies (training/micro/augment.WORDS) and digits, toke
 
 - span repeat: `copy: <random identifiers and numbers>` then `again: <the same span>`; loss on the repeat;
 - key lookup: `facts: <key> = `<value>`; ...` then `<key>? `<value>`` for a few keys in random order; loss on
-  the values after the question (associative recall: find the key, copy what follows it).
+  the values after the question (associative recall: find the key, copy what follows it);
+- record rows (only with `records` > 0, the harness-reading recipe): a pretty-printed JSON object of records
+  (`"QZX-07": {"min": 12.3, "max": 45.6}`, fresh ids and numbers) then `rows: ('QZX-07', 12.3, 45.6), ...`,
+  each record as one row in the file's order; loss on the rows (the copy the anomaly_detection program makes
+  from its parameter file into SQL VALUES rows: find the id, then the numbers a few tokens after it).
 
 Everything is drawn from a seeded `random.Random`; the loss covers only the copied tokens (labels -100
 elsewhere).
@@ -49,12 +53,31 @@ def _lookup_segment(rng: random.Random) -> list[tuple[str, str]]:
     return parts
 
 
-def copy_example(tokenizer: Any, rng: random.Random, target_tokens: int) -> tuple[list[int], list[int]]:
-    """One packed sequence of copy segments, about `target_tokens` long: (input_ids, labels)."""
+def _record_segment(rng: random.Random) -> list[tuple[str, str]]:
+    import json
+    import string
+
+    records = {}
+    for _ in range(rng.randint(2, 6)):
+        lo = round(rng.uniform(0, 120), 1)
+        key = "".join(rng.choices(string.ascii_uppercase, k=3)) + f"-{rng.randint(1, 12):02d}"
+        records[key] = {"min": lo, "max": round(lo + rng.uniform(0.5, 60), 1)}
+    text = json.dumps({"version": rng.randint(1, 3), rng.choice(("sensors", "ranges", "limits")): records}, indent=2)
+    rows = ", ".join(f"('{k}', {r['min']}, {r['max']})" for k, r in records.items())
+    return [(f"params: {text}\nrows: ", f"{rows}\n")]
+
+
+def copy_example(tokenizer: Any, rng: random.Random, target_tokens: int,
+                 records: float = 0.0) -> tuple[list[int], list[int]]:
+    """One packed sequence of copy segments, about `target_tokens` long: (input_ids, labels); `records`: the
+    share of record-row segments (the rest: span repeats and key lookups, half each)."""
     ids: list[int] = []
     labels: list[int] = []
     while len(ids) < target_tokens:
-        parts = [_span_segment(rng)] if rng.random() < 0.5 else _lookup_segment(rng)
+        if records and rng.random() < records:
+            parts = _record_segment(rng)
+        else:
+            parts = [_span_segment(rng)] if rng.random() < 0.5 else _lookup_segment(rng)
         for prompt, answer in parts:
             p = tokenizer.encode(prompt, add_special_tokens=False)
             a = tokenizer.encode(answer, add_special_tokens=False) if answer else []
@@ -63,17 +86,19 @@ def copy_example(tokenizer: Any, rng: random.Random, target_tokens: int) -> tupl
     return ids, labels
 
 
-def copy_examples(tokenizer: Any, n: int, seed: int, target_tokens: int = 1024) -> list[tuple[list[int], list[int]]]:
+def copy_examples(tokenizer: Any, n: int, seed: int, target_tokens: int = 1024,
+                  records: float = 0.0) -> list[tuple[list[int], list[int]]]:
     rng = random.Random(f"copy-curriculum:{seed}")
-    return [copy_example(tokenizer, rng, target_tokens) for _ in range(n)]
+    return [copy_example(tokenizer, rng, target_tokens, records) for _ in range(n)]
 
 
-def copy_batches(tokenizer: Any, steps: int, batch: int, length: int, seed: int) -> list[tuple[list[list[int]], list[list[int]]]]:
+def copy_batches(tokenizer: Any, steps: int, batch: int, length: int, seed: int,
+                 records: float = 0.0) -> list[tuple[list[list[int]], list[list[int]]]]:
     """`steps` batches of `batch` copy sequences cut to exactly `length` tokens (the copy phase that runs before
     the demonstrations: short sequences in batches form the copying circuits in minutes)."""
     rng = random.Random(f"copy-phase:{seed}")
     out = []
     for _ in range(steps):
-        rows = [copy_example(tokenizer, rng, length) for _ in range(batch)]
+        rows = [copy_example(tokenizer, rng, length, records) for _ in range(batch)]
         out.append(([ids[:length] for ids, _ in rows], [labels[:length] for _, labels in rows]))
     return out

@@ -41,8 +41,22 @@ def knows(family: str, system_prompt: str, rng: random.Random) -> frozenset[str]
     """The knowledge items an episode applies: every stated one, each unstated one unless its miss draw hits."""
     from agents.flawed.knowledge import stated_keys
 
-    stated = stated_keys(family, system_prompt)
-    return frozenset(k for k, p in sorted(MISS.get(family, {}).items()) if k in stated or rng.random() >= p)
+    return applied(stated_keys(family, system_prompt), MISS.get(family, {}), rng)
+
+
+def applied(stated: frozenset[str] | set[str], miss: Mapping[str, float], rng: random.Random) -> frozenset[str]:
+    """The items of `miss` an episode applies: every stated one, each unstated one unless its miss draw hits
+    (one draw per item, in key order, so the same generator gives the same set)."""
+    return frozenset(k for k, p in sorted(miss.items()) if k in stated or rng.random() >= p)
+
+
+def action_message(action: ToolCall | FinalAnswer, n_calls: int) -> dict[str, Any]:
+    """The assistant message (OpenAI format) that plays `action`, the `n_calls`-th call of the episode."""
+    if isinstance(action, FinalAnswer):
+        return {"role": "assistant", "content": action.text}
+    raw = [{"id": f"call_{n_calls}", "type": "function",
+            "function": {"name": action.name, "arguments": action.arguments_json()}}]
+    return {"role": "assistant", "content": None, "tool_calls": raw}
 
 
 def _modules() -> dict[str, Any]:
@@ -52,6 +66,11 @@ def _modules() -> dict[str, Any]:
     return {f: show_work.module(f) for f in show_work.SHOW_WORK_TABLE}
 
 
+def policy(family: str, options: Mapping[str, Any] | None = None) -> Policy:
+    """The family's show-your-work `next_action` with its options bound."""
+    return functools.partial(_modules()[family].next_action, **(options or {}))
+
+
 def has_policy(instance: TaskInstance) -> bool:
     """Whether a show-your-work policy demonstrates this instance (else `flawed/<family>@native` does)."""
     module = _modules().get(instance.family)
@@ -59,14 +78,16 @@ def has_policy(instance: TaskInstance) -> bool:
 
 
 class ShowWorkClient(ModelClient):
-    def __init__(self, family: str, options: Mapping[str, Any] | None = None) -> None:
-        """`options`: keyword arguments of the family's `next_action` (e.g. anomaly_detection's `program`)."""
+    def __init__(self, family: str, options: Mapping[str, Any] | None = None,
+                 knows: frozenset[str] | None = None) -> None:
+        """`options`: keyword arguments of the family's `next_action` (e.g. anomaly_detection's `program`);
+        `knows`: the items to apply (default: read from the system prompt's card texts, see `knows()`)."""
         super().__init__(ModelRole(model=f"showwork/{family}"))
         self.family = family
-        self.policy: Policy = functools.partial(_modules()[family].next_action, **(options or {}))
+        self.policy: Policy = policy(family, options)
         self.env: Any = None
         self.history: list[Step] = []
-        self.knows: frozenset[str] | None = None
+        self.knows: frozenset[str] | None = knows
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
                        context: Mapping[str, Any] | None = None, **kwargs: Any) -> ModelResponse:
@@ -81,14 +102,12 @@ class ShowWorkClient(ModelClient):
         for call in tool_calls_in(messages)[len(self.history):]:
             self.history.append(Step(call=call, result=await self.env.call(call.name, call.arguments)))
         action = self.policy(self.env, self.history, self.knows)
+        message = action_message(action, len(self.history))
         if isinstance(action, FinalAnswer):
             self.close()
-            message: dict[str, Any] = {"role": "assistant", "content": action.text}
             return ModelResponse(message=message, finish_reason="stop")
-        raw = [{"id": f"call_{len(self.history)}", "type": "function",
-                "function": {"name": action.name, "arguments": action.arguments_json()}}]
-        message = {"role": "assistant", "content": None, "tool_calls": raw}
-        return ModelResponse(message=message, tool_calls=parse_tool_calls(raw), finish_reason="tool_calls")
+        return ModelResponse(message=message, tool_calls=parse_tool_calls(message["tool_calls"]),
+                             finish_reason="tool_calls")
 
     def close(self) -> None:
         if self.env is not None:
