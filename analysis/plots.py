@@ -1,4 +1,4 @@
-"""PNG plots for the evaluation report (matplotlib, Agg backend: no display needed)."""
+"""PNG plots for the round report (matplotlib, Agg backend: no display needed)."""
 
 from __future__ import annotations
 
@@ -37,26 +37,50 @@ def family_bars(frame: pl.DataFrame, out: Path, order: list[str], group: str = "
     return out
 
 
-def cost_vs_success(frame: pl.DataFrame, out: Path, order: list[str], group: str = "pair") -> Path:
-    """One point per (pair, family): mean cost per rollout (x) against success rate (y); wall time when cost is 0."""
-    agg = frame.group_by(group, "family").agg(
-        pl.col("passed").cast(pl.Float64).mean().alias("success"),
-        pl.col("cost_usd").mean().alias("cost"),
-        pl.col("wall_s").mean().alias("wall"),
-    )
-    use_cost = float(agg["cost"].max() or 0.0) > 0.0  # local models cost 0: plot latency instead
-    xcol, xlabel = ("cost", "mean cost per rollout (USD)") if use_cost else ("wall", "mean wall time per rollout (s)")
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
-    for g in order:
-        sub = agg.filter(pl.col(group) == g)
-        ax.scatter(sub[xcol].to_list(), [100 * s for s in sub["success"].to_list()], label=g)
-        for x, y, f in zip(sub[xcol].to_list(), sub["success"].to_list(), sub["family"].to_list(), strict=True):
-            ax.annotate(f, (x, 100 * y), fontsize=6, alpha=0.7)
+def cost_vs_success(points: pl.DataFrame, out: Path, x: str, xlabel: str) -> Path:
+    """One point per report row: its cost per rollout (`x`: API dollars, or model-seconds when nothing cost a dollar)
+    against its success rate (`success`, the mean of the family rates), labelled with the row (`label`)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    at: dict[tuple[float, float], list[str]] = {}  # rows on the same spot share one point and one label
+    for r in points.iter_rows(named=True):
+        at.setdefault((round(float(r[x]), 6), round(100 * float(r["success"]), 6)), []).append(r["label"])
+    for i, ((px, py), labels) in enumerate(at.items()):
+        ax.scatter([px], [py], color=f"C{i % 10}", zorder=3)
+        ax.annotate(" = ".join(labels), (px, py), fontsize=8, xytext=(5, 4), textcoords="offset points")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("success rate (%)")
+    ax.set_ylabel("success rate (%, mean of the families)")
     ax.set_ylim(-5, 105)
-    ax.set_title("Cost vs success per family" if use_cost else "Latency vs success per family (cost is 0)")
-    ax.legend(fontsize="small")
+    ax.set_xlim(0, 1.4 * max([px for px, _ in at] + [1e-9]))  # room for the labels on the right
+    ax.set_title("Success vs cost per row")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def campaign_lines(table: pl.DataFrame, out: Path, series: list[tuple[str, str]]) -> Path:
+    """One panel per family (and overall): each series' success across the rounds (`round`, `series`, `family`,
+    `mean`, `sem`), error bars = SEM over seeds; a series missing in a round is a gap."""
+    families = sorted(f for f in set(table["family"].to_list()) if f != OVERALL) + [OVERALL]
+    rounds = sorted(set(table["round"].to_list()))
+    fig, axes = plt.subplots(1, len(families), figsize=(3.2 * len(families) + 1, 3.6), sharey=True, squeeze=False)
+    cells = {(r["round"], r["series"], r["family"]): r for r in table.iter_rows(named=True)}
+    for ax, fam in zip(axes[0], families, strict=True):
+        for i, (key, label) in enumerate(series):
+            ys = [100 * cells[(t, key, fam)]["mean"] if (t, key, fam) in cells else float("nan") for t in rounds]
+            es = [100 * cells[(t, key, fam)]["sem"] if (t, key, fam) in cells and not math.isnan(
+                cells[(t, key, fam)]["sem"]) else 0.0 for t in rounds]
+            dodge = [t + 0.08 * (i - (len(series) - 1) / 2) for t in rounds]  # equal values stay visible
+            ax.errorbar(dodge, ys, yerr=es, marker="o", capsize=3, label=label, color=f"C{i}")
+        ax.set_title(fam, fontsize="small")
+        ax.set_xticks(rounds, [f"r{t}" for t in rounds])
+        ax.set_xlim(rounds[0] - 0.5, rounds[-1] + 0.5)
+        ax.set_ylim(-5, 105)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("success rate (%)")
+    axes[0][-1].legend(fontsize="x-small", loc="best")
+    fig.suptitle("Across the run's rounds", fontsize="medium")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

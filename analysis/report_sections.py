@@ -2,8 +2,8 @@
 
     sections = [composition_section(attr, order, random.Random(0)), trigger_section(by_pair, order),
                 fit_section(by_pair, base="student", expert="expert")]
-    rep = build_report(frame, order, title=..., sections=sections)    # analysis/report.py
-    write_report(rep, frame, out_dir, order)                          # also draws each section's PNG
+    [(s.title, s.markdown) for s in sections]          # what the round's page shows (analysis/round_report.py)
+    write_section_plots(sections, out_dir, order)       # each section's PNG beside it
 
 Each section is computed here from records (attributions, trajectories); nothing is typed in.
 """
@@ -42,7 +42,7 @@ class ReportSection(BaseModel):
     title: str
     markdown: str = Field(description="Body under the section title (tables and notes).")
     rows: list[dict[str, Any]] = Field(default_factory=list, description="The section's table, for its plot.")
-    plot: str | None = Field(default=None, description="PNG file name the section shows, drawn by write_report.")
+    plot: str | None = Field(default=None, description="PNG file name the section shows, drawn by write_section_plots.")
 
 
 def composition_section(attributions: pl.DataFrame, order: Sequence[str], rng: random.Random, *,
@@ -93,6 +93,7 @@ def write_section_plots(sections: Sequence[ReportSection], out_dir: Path, order:
     for s in sections:
         if s.plot is None or not s.rows:
             continue
+        out_dir.mkdir(parents=True, exist_ok=True)
         if s.kind == "composition":
             table = pl.DataFrame(s.rows, schema=COMPOSITION_SCHEMA)
             out[s.kind] = plots.composition_bars(table, out_dir / s.plot, [p for p in order if p in set(table["pair"])])

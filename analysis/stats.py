@@ -12,6 +12,9 @@ Conventions (stated once, used everywhere):
   "average" column), then mean ± SEM over seeds.
 - pass^k for one instance with n trials and c successes = C(c, k) / C(n, k) (tau-bench): the chance that
   k trials drawn without replacement all succeed; averaged over instances.
+- a trained arm has several training seeds (adapters); between two rows the units are (instance, evaluation seed)
+  and `two_level_bootstrap` resamples instances and each side's training seeds, so the count of units is the
+  true one (not multiplied by the seeds) and the spread between training seeds is in the CI.
 """
 
 from __future__ import annotations
@@ -151,10 +154,13 @@ class PairedDiff(BaseModel):
     diff: float = Field(description="mean(a) − mean(b) over shared units.")
     ci_low: float
     ci_high: float
-    n_units: int = Field(description="(instance, seed) units both pairs ran.")
+    n_units: int = Field(description="(instance, seed) units both pairs ran (every training seed of each side ran "
+                         "each of them; not multiplied by the training seeds).")
     n_instances: int
     n_boot: int
     confidence: float
+    seeds_a: int = Field(default=1, description="Training seeds of side a, resampled with the instances when > 1.")
+    seeds_b: int = Field(default=1, description="Training seeds of side b, resampled with the instances when > 1.")
 
     @property
     def significant(self) -> bool:
@@ -193,6 +199,76 @@ def paired_bootstrap(frame: pl.DataFrame, a: str, b: str, *, group: str = "pair"
     lo, hi = percentile_interval(boots, confidence)
     return PairedDiff(a=a, b=b, family=family or OVERALL, diff=diff, ci_low=lo, ci_high=hi, n_units=joined.height,
                       n_instances=m, n_boot=n_boot, confidence=confidence)
+
+
+def _seed_sums(rows: pl.DataFrame, seed_col: str | None, metric: Metric) -> dict[int, dict[tuple[str, int], float]]:
+    """Training seed -> {(instance, evaluation seed): value} of one side (one seed, -1, without `seed_col`)."""
+    cols = [pl.col("instance_id"), pl.col("seed"), _value(metric).alias("v"),
+            (pl.col(seed_col).fill_null(-1) if seed_col else pl.lit(-1)).cast(pl.Int64).alias("ts")]
+    out: dict[int, dict[tuple[str, int], float]] = {}
+    for r in rows.select(cols).iter_rows(named=True):
+        unit = (r["instance_id"], r["seed"])
+        cell = out.setdefault(r["ts"], {})
+        if unit in cell:
+            raise ValueError(f"two rollouts of unit {unit} under one training seed ({r['ts']}): give each adapter "
+                             "its own training-seed value")
+        cell[unit] = r["v"]
+    return out
+
+
+def _side_mean(sums: list[list[float]], seeds: list[int], idx: list[int], n: list[int]) -> float:
+    total_n = sum(n[i] for i in idx)
+    return sum(sum(sums[k][i] for i in idx) for k in seeds) / (len(seeds) * total_n)
+
+
+def two_level_bootstrap(frame: pl.DataFrame, a: str, b: str, *, group: str = "pair", seed_col: str | None = None,
+                        family: str | None = None, metric: Metric = "passed", n_boot: int = 2000,
+                        confidence: float = 0.95, seed: int = 0) -> PairedDiff:
+    """Paired bootstrap CI for mean(a) - mean(b) when a side is several training seeds (adapters) of one arm.
+
+    `seed_col` names the column that tells a side's training seeds apart (null or absent: one). The units are the
+    (instance, evaluation seed) pairs that every training seed of both sides ran; a side's mean is the mean over
+    its training seeds of each seed's rate on those units. Each draw resamples the instances (an instance's
+    evaluation seeds move together) and, on a side with more than one, the training seeds, both with
+    replacement: the CI holds the spread between training seeds, and `n_units` is the true count. With one
+    training seed on both sides it is `paired_bootstrap` (the same draws).
+    """
+    _require(frame, group, "family", "instance_id", "seed", metric, *([seed_col] if seed_col else []))
+    sub = frame if family in (None, OVERALL) else frame.filter(pl.col("family") == family)
+    sides = [_seed_sums(sub.filter(pl.col(group) == g), seed_col, metric) for g in (a, b)]
+    for g, side in zip((a, b), sides, strict=True):
+        if not side:
+            raise ValueError(f"two-level bootstrap: no rows for {g!r} (family {family or OVERALL})")
+    units = set.intersection(*(set(cell) for side in sides for cell in side.values()))
+    if not units:
+        raise ValueError(f"two-level bootstrap: {a!r} and {b!r} share no (instance, seed) units")
+    instances = sorted({i for i, _ in units})
+    pos = {iid: k for k, iid in enumerate(instances)}
+    n = [0] * len(instances)
+    for iid, _ in units:
+        n[pos[iid]] += 1
+    sums: list[list[list[float]]] = []
+    for side in sides:
+        per_seed = []
+        for ts in sorted(side):
+            row = [0.0] * len(instances)
+            for unit in units:
+                row[pos[unit[0]]] += side[ts][unit]
+            per_seed.append(row)
+        sums.append(per_seed)
+    m, everyone = len(instances), list(range(len(instances)))
+    seeds = [list(range(len(s))) for s in sums]
+    diff = _side_mean(sums[0], seeds[0], everyone, n) - _side_mean(sums[1], seeds[1], everyone, n)
+    rng = random.Random(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = [rng.randrange(m) for _ in range(m)]
+        drawn = [[rng.randrange(len(s)) for _ in s] if len(s) > 1 else s for s in seeds]
+        boots.append(_side_mean(sums[0], drawn[0], idx, n) - _side_mean(sums[1], drawn[1], idx, n))
+    lo, hi = percentile_interval(boots, confidence)
+    return PairedDiff(a=a, b=b, family=family or OVERALL, diff=diff, ci_low=lo, ci_high=hi, n_units=len(units),
+                      n_instances=m, n_boot=n_boot, confidence=confidence, seeds_a=len(sums[0]),
+                      seeds_b=len(sums[1]))
 
 
 def cost_latency_table(frame: pl.DataFrame, group: str = "pair") -> pl.DataFrame:

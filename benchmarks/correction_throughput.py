@@ -6,7 +6,8 @@
    the first --instances train instances of every --family under h0 (T=0.7), as the round's arm_data does.
 2. The failing ones are corrected twice, each time cold (a fresh run directory, no episode cache), with the
    round's embedded settings: counterfactual locator (oracle probes), the SIMULATED `showwork/<family>`
-   rewrite (N=3), verifier_replay with 1 student replay per candidate, keep 'improved':
+   rewrite (N=3), verifier_replay with 1 student replay per candidate, keep --keep (the 2026-12-05 figures:
+   'improved'; the default now 'controlled': 1 decision and 1 control replay more per decided correction):
    - `in-process` (the stage before it ran on the pool): `local_rollouts(4)`, 2 sources at a time;
    - `ray-pool`: `pool_rollouts` on a `RolloutPool` (--actors, --in-flight episodes per server), sources
      --concurrency at a time (both default to local.yaml's 32).
@@ -91,6 +92,7 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=32, help="Episodes in flight per server on the pool "
                     "(local.yaml's ray.concurrency_per_server).")
     ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--keep", default="controlled", choices=["controlled", "improved", "any"])
     ap.add_argument("--port", type=int, default=8137)
     args = ap.parse_args()
     args.family = args.family or list(FAMILIES)
@@ -105,7 +107,7 @@ def main() -> None:
                             timeout_s=120)
         trajs = samples(student, args.family, args.instances, args.samples)
         config = CorrectionConfig(student=student, expert=ModelRole(model="showwork/{family}"), n=3, replays=1,
-                                  concurrency=args.concurrency)
+                                  concurrency=args.concurrency, keep=args.keep)
         rows = [one_arm(name, trajs, config, args) for name in ("in-process", "ray-pool")]
     finally:
         stop_server(spec.port, state_dir=state)

@@ -147,6 +147,17 @@ def _train_throughput(d: dict) -> str:
                                     for k, runs in d["runs"].items())
 
 
+def _gate_power(rows: list) -> str:
+    """The no-op promotion rate (now and under the rule before) and the power, per simulated validation size."""
+    worst = max(rows, key=lambda r: r["null_promoted"])
+    best = max(rows, key=lambda r: r["power"])
+    b = best["settings"]
+    return (f"{len(rows)} sizes: no-op promoted at most {100 * worst['null_promoted']:.1f}% (rule before: up to "
+            f"{100 * max(r['legacy_null_promoted'] for r in rows):.1f}%); power for +{100 * b['gain']:.0f} pts up to "
+            f"{100 * best['power']:.1f}% at {b['instances']} inst x {b['eval_seeds']} seeds x {b['train_seeds']} "
+            f"training seeds ({b['seed_choice']})")
+
+
 def _written_tests_cost(rows: list) -> str:
     instances = ", ".join(sorted({str(r["instance"]) for r in rows}))
     return (f"{instances}, {len(rows)} repeats: wall s " + ", ".join(_n(r["wall_s"], 1) for r in rows)
@@ -156,7 +167,7 @@ def _written_tests_cost(rows: list) -> str:
 EXTRACTORS: dict[str, Callable[[Any], str]] = {
     "browser_rollout": _browser_rollout, "client_cpu": _client_cpu, "correction_ablation": _correction_ablation,
     "correction_throughput": _correction_throughput, "decode_limit": _decode_limit, "evolution_flawed": _evolution,
-    "evolution_micro": _evolution, "evolution_micro3": _evolution, "gpu_check": _gpu_check,
+    "evolution_micro": _evolution, "evolution_micro3": _evolution, "gate_power": _gate_power, "gpu_check": _gpu_check,
     "rollout_throughput": _rollout_throughput,
     "round_profile": _round_profile, "storage": _storage, "train_throughput": _train_throughput,
     "written_tests_cost": _written_tests_cost,

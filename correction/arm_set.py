@@ -1,5 +1,7 @@
-"""What the correction arm trains on: the kept corrections, each deduplicated by (instance, t*, corrected call),
-and the student's own successes on the same train samples (converted to the student's form, token ids kept).
+"""What the correction arm trains on: the kept corrections, each deduplicated by (instance, t*, corrected turn: its
+calls, or its text when it has none), and the student's own successes on the same train samples (converted to
+the student's form, token ids kept), deduplicated by what they do (`correction.roles.actions_key`): samples of
+one instance that acted alike count once.
 
     items = correction_arm_items(result.corrections, result.corrected, samples)
     mixed = mix(items, pass_rates(samples), MixConfig(...), rng)      # correction/mix.py: the arm's set
@@ -14,8 +16,9 @@ from collections.abc import Sequence
 
 from agents.records import Trajectory
 from correction.imitation import TAG_SELF, to_student
-from correction.mix import MixItem, call_key, correction_item, success_item
+from correction.mix import MixItem, correction_item, success_item
 from correction.records import Correction
+from correction.roles import actions_key, effect_key
 from training.convert import ConversionError
 
 
@@ -29,12 +32,13 @@ def correction_arm_items(corrections: Sequence[Correction], corrected: Sequence[
         if corr is None or corr.t_star is None:
             continue
         chosen = corr.candidates[corr.chosen] if corr.chosen is not None else None
-        key = call_key(chosen.message.get("tool_calls") or []) if chosen is not None else row.id
+        key = effect_key(chosen.message) if chosen is not None else row.id
         items.append(correction_item(row, row.instance.id, corr.t_star, key))
     for t in samples:
         if t.passed:
             try:
-                items.append(success_item(to_student(t, TAG_SELF, keep_token_ids=True), "self_success", key=t.id))
+                items.append(success_item(to_student(t, TAG_SELF, keep_token_ids=True), "self_success",
+                                          key=actions_key(t)))
             except ConversionError:
                 continue
     return items

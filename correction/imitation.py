@@ -18,7 +18,8 @@ Steps, in order:
 5. Every assistant turn is marked trained (a `train_turn` trigger naming the source trajectory), so the rows
    train the same with `--mask assistant` or `--mask turns`; the tag is `imitation` or `self_success`.
 6. Mix (correction/mix.py): imitation rows (default all) plus own successes (default `self_successes`),
-   capability-boundary instances first.
+   capability-boundary instances first; own successes that acted alike on one instance count once
+   (`correction.roles.actions_key`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.records import Trajectory, TriggerRecord
 from correction.leakage import check_no_leakage
 from correction.mix import MixCard, MixConfig, mix, pass_rates, success_item
+from correction.roles import actions_key
 from harness.program import Harness
 from harness.render import system_prompt
 from training.convert import ConversionError, to_student_messages
@@ -133,7 +135,7 @@ def build_imitation_set(expert: Iterable[Trajectory], student: Iterable[Trajecto
         (check_no_leakage(successes(student), "imitation set (student successes)"), TAG_SELF, True),
     ]
     dropped: Counter[str] = Counter()
-    items = [success_item(row, kind) for trajs, kind, keep in kinds
+    items = [success_item(row, kind, key=actions_key(row) if kind == TAG_SELF else None) for trajs, kind, keep in kinds
              for row in _convert(trajs, kind, keep, harness_of, dropped)]
     mixed = mix(items, pass_rates(student), config, rng or random.Random(0))
     rows = check_no_leakage([it.value for it in mixed.items], "imitation set")

@@ -5,10 +5,19 @@
 `row` is None when nothing could be corrected (`corr.status` says why). Mode `single_turn` (the default) trains
 only t*; with `suffix=SuffixOptions(...)` a cascade the single turn cannot stop is repaired over t*..t*+m.
 `rows=RowOptions(...)` says what the training row holds after t* and where its loss goes (correction/rows.py)
-and which corrections are kept: under `keep="improved"` (the default) the chosen candidate's mean replay score
-must exceed the failing rollout's own score, else the record says `not_improved` and no row is written (a
-localization is often wrong; an unchecked correction is a guess). A selector that runs no replay (the judge)
-gets one student replay of its chosen candidate for this check.
+and which corrections are kept (a localization is often wrong; an unchecked correction is a guess):
+- `controlled` (the default): the chosen candidate gets `replays` DECISION replays with seeds the selection did not
+  use (R..2R-1; the selector's replays are 0..R-1), and the CONTROL resamples the student's own turn t* from the
+  same prefix with the same seeds. Kept only when the decision replays' mean score is above the control's. The
+  failing rollout was drawn because it failed, so re-sampling from its prefix beats it often (regression to the
+  mean), and the replays that picked the best of N candidates are biased upward: neither decides here.
+- `improved` (the rule before, kept for comparison): the chosen candidate's mean replay score (the selection's)
+  must exceed the failing rollout's own score; a selector that runs no replay (the judge) gets one replay for it.
+- `any`: every chosen candidate is kept.
+Refused: the record says `not_improved` and no row is written. Every record that reached the decision keeps its
+decision and control scores, so the kept rate with and without the control can be reported
+(`correction.records.kept_without_control`). Suffix mode compares its repaired suffix with the control's mean
+(controlled) or the failing rollout's score (improved), on the replays that chose the suffix.
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from correction.suffix import suffix_repair
 from harness.program import Harness
 
 APPLY_TAG = "apply-candidate"
-Keep = Literal["improved", "any"]
+DECISION_TAG = "student-decision"
+CONTROL_TAG = "student-control"
+Keep = Literal["controlled", "improved", "any"]
 
 
 class RowOptions(BaseModel):
@@ -43,10 +54,14 @@ class RowOptions(BaseModel):
                            "chosen candidate's best replay) | original (the failing rollout's own turns).")
     loss_on: LossOn = Field(default="corrected", description="corrected (t* only) | all_student (t* and every "
                             "student turn kept; a suffix from a replay that did not pass carries no loss).")
-    keep: Keep = Field(default="improved", description="improved: keep a correction only when the chosen candidate's "
-                       "mean replay score exceeds the failing rollout's score; any: keep every chosen candidate.")
-    student: ModelRole | None = Field(default=None, description="Replays a judge-chosen candidate once for keep "
-                                      "'improved' (a verifier replay selector has its own replays).")
+    keep: Keep = Field(default="controlled", description="controlled: keep a correction only when its decision "
+                       "replays beat the control (the student's own t* resampled, same seeds); improved: when the "
+                       "chosen candidate's mean replay score exceeds the failing rollout's score; any: keep every "
+                       "chosen candidate (module docstring).")
+    student: ModelRole | None = Field(default=None, description="Runs the decision and control replays (keep "
+                                      "'controlled') and a judge-chosen candidate's replay (keep 'improved').")
+    replays: int = Field(default=2, ge=1, description="Decision replays and control replays each (keep 'controlled'): "
+                         "seeds replays..2*replays-1, after the selector's 0..replays-1.")
     extra_turns: int = Field(default=30, ge=1, description="Turns that replay may add after the corrected turn.")
 
 
@@ -91,23 +106,44 @@ async def _both(view: Trajectory, harness: Harness, t_star: int, cands: list[Can
     return sel.model_copy(update={"candidates": merged}), agree
 
 
+def _mean(scores: list[float]) -> float:
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+async def _controlled(view: Trajectory, harness: Harness, t_star: int, cand: Candidate | None, rows: RowOptions,
+                      run: RolloutFn) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Keep 'controlled', in one batch: (the candidate's decision replays, [] without one; the control, the student's
+    own turn t* resampled from the same prefix), seeds replays..2*replays-1 each, the same absolute turn limit."""
+    assert rows.student is not None  # correct_one checked it
+    base, seeds = prefix_of(view, t_star), range(rows.replays, 2 * rows.replays)
+    jobs = [continuation(view, harness, rows.student, base, s, CONTROL_TAG, rows.extra_turns + 1) for s in seeds]
+    if cand is not None:
+        jobs += [continuation(view, harness, rows.student, base.then(cand.message), s, DECISION_TAG, rows.extra_turns)
+                 for s in seeds]
+    episodes = await run(jobs)
+    return episodes[rows.replays:], episodes[:rows.replays]
+
+
 async def _try_suffix(view: Trajectory, harness: Harness, loc: Localization, expert: ModelRole, run: RolloutFn,
-                      suffix: SuffixOptions, single: float, rows: RowOptions) -> tuple[Correction, Trajectory] | None:
+                      suffix: SuffixOptions, single: float, rows: RowOptions,
+                      control: list[float]) -> tuple[Correction, Trajectory] | None:
     """Suffix mode: the expert's turns t*..t*+m when they let the student do better than the single turn (and,
-    under keep 'improved', better than the failing rollout)."""
+    under keep 'controlled', better than the control's mean; under 'improved', than the failing rollout)."""
     found = await suffix_repair(view, harness, loc.t_star or 0, expert, suffix.student, run, suffix.max_m,
                                 suffix.replays)
     if found.chosen_m is None:
         return None
     m = found.chosen_m
     score = found.turns[m].mean_score
-    if score <= single or (rows.keep == "improved" and score <= view.score):
+    floor = {"controlled": _mean(control), "improved": view.score}.get(rows.keep)
+    if score <= single or (floor is not None and score <= floor):
         return None
     row = corrected_trajectory(view, loc.t_star or 0, max(found.episodes, key=lambda e: e.score), trained=m + 1,
                                suffix=rows.suffix, loss_on=rows.loss_on)
     corr = _record(view, loc, expert, rows, status="corrected", mode="suffix", candidates=found.turns,
                    chosen=m, selector="suffix_replay", rationale=found.rationale, corrected_trajectory_id=row.id,
-                   fewer_candidates_reason=f"suffix mode: the single corrected turn scored {single:.2f}")
+                   fewer_candidates_reason=f"suffix mode: the single corrected turn scored {single:.2f}",
+                   control_scores=control)
     return corr, row
 
 
@@ -125,7 +161,7 @@ async def _chosen_episodes(view: Trajectory, harness: Harness, t_star: int, sel:
                            run: RolloutFn) -> tuple[Selection, list[Trajectory], str]:
     """The chosen candidate's episodes (the selector's replays, else one keep replay or its calls applied), the
     selection with any new replay score, and the suffix the row can take (with the reason when it fell back)."""
-    if sel.episodes:
+    if sel.episodes or rows.keep == "controlled":  # 'controlled': the decision replays come next
         return sel, sel.episodes, rows.suffix
     chosen = sel.candidates[sel.chosen or 0]
     suffix = rows.suffix if rows.suffix != "replay" else "none (replay requested; the selector ran no replay)"
@@ -135,6 +171,19 @@ async def _chosen_episodes(view: Trajectory, harness: Harness, t_star: int, sel:
     scored = chosen.model_copy(update={"replay_scores": [e.score for e in episodes]})
     cands = [scored if i == sel.chosen else c for i, c in enumerate(sel.candidates)]
     return sel.model_copy(update={"candidates": cands}), episodes, suffix
+
+
+def _refusal(view: Trajectory, chosen: Candidate, why: str, keep: Keep, decision: list[float],
+             control: list[float]) -> str:
+    """Why the keep rule refuses the chosen candidate ('' when it keeps it)."""
+    if keep == "controlled" and not _mean(decision) > _mean(control):
+        return (f"the chosen candidate's decision replays scored {_mean(decision):.2f} on average, not above the "
+                f"control's {_mean(control):.2f} (the student's own turn {len(decision)}x resampled from the same "
+                f"prefix, same seeds; {why})")
+    if keep == "improved" and chosen.mean_score <= view.score:
+        return (f"the chosen candidate's replays scored {chosen.mean_score:.2f} on average, not above the failing "
+                f"rollout's {view.score:.2f} ({why})")
+    return ""
 
 
 async def correct_one(view: Trajectory, harness: Harness, locator: Locator, selector: Selector, expert: ModelRole,
@@ -147,6 +196,8 @@ async def correct_one(view: Trajectory, harness: Harness, locator: Locator, sele
     replays, try the expert's suffix t*..t*+m (correction/suffix.py) and keep it when it does better.
     `rows`: the row's suffix and loss, and the keep rule (module docstring)."""
     view = view.require_view("correct_one")
+    if rows.keep == "controlled" and rows.student is None:
+        raise ValueError("keep 'controlled' needs RowOptions.student (who runs the decision and control replays)")
     if view.harness_id != harness.id:
         raise ValueError(f"trajectory {view.id} ran under harness {view.harness_id}, not {harness.id}")
     loc = await locator.locate(view, harness, run)
@@ -158,8 +209,13 @@ async def correct_one(view: Trajectory, harness: Harness, locator: Locator, sele
                        rationale="the expert wrote no candidate other than the student's own action"), None
     sel, agree = await _both(view, harness, loc.t_star, cands, selector, also, run)
     single = sel.candidates[sel.chosen].mean_score if sel.chosen is not None else 0.0
-    if suffix is not None and (sel.chosen is None or single < 1.0):
-        repaired = await _try_suffix(view, harness, loc, expert, run, suffix, single, rows)
+    wants_suffix = suffix is not None and (sel.chosen is None or single < 1.0)
+    picked = sel.candidates[sel.chosen] if sel.chosen is not None else None
+    decided, controls = await _controlled(view, harness, loc.t_star, picked, rows, run) \
+        if rows.keep == "controlled" and (picked is not None or wants_suffix) else ([], [])
+    control = [e.score for e in controls]
+    if wants_suffix:
+        repaired = await _try_suffix(view, harness, loc, expert, run, suffix, single, rows, control)
         if repaired is not None:
             return repaired
     base = dict(fewer_candidates_reason=reason, selector=selector.name, judge_agreement=agree)
@@ -169,10 +225,13 @@ async def correct_one(view: Trajectory, harness: Harness, locator: Locator, sele
     sel, episodes, used = await _chosen_episodes(view, harness, loc.t_star, sel, rows, run)
     base.update(candidates=sel.candidates, chosen=sel.chosen, suffix=used)
     chosen = sel.candidates[sel.chosen]
-    if rows.keep == "improved" and chosen.mean_score <= view.score:
-        return _record(view, loc, expert, rows, status="not_improved", rationale=(
-            f"the chosen candidate's replays scored {chosen.mean_score:.2f} on average, not above the failing "
-            f"rollout's {view.score:.2f} ({sel.rationale})"), **base), None
+    decision = [e.score for e in decided]
+    if rows.keep == "controlled":
+        episodes = [*episodes, *decided]
+        base.update(decision_scores=decision, control_scores=control)
+    refused = _refusal(view, chosen, sel.rationale, rows.keep, decision, control)
+    if refused:
+        return _record(view, loc, expert, rows, status="not_improved", rationale=refused, **base), None
     usable = [e for e in episodes if e.stop_reason != "replay_divergence" and len(e.turns) > loc.t_star]
     if not usable:
         return _record(view, loc, expert, rows, status="replay_failed",

@@ -77,7 +77,12 @@ class Correction(BaseModel):
     judge_agreement: bool | None = Field(default=None, description="Both selectors ran: did they choose the same one?")
     source_score: float | None = Field(default=None, description="The failing rollout's verifier score (what a "
                                        "kept correction's replays must beat under keep 'improved').")
-    keep: Literal["improved", "any"] = Field(default="any", description="The keep rule the correction was judged by.")
+    keep: Literal["controlled", "improved", "any"] = Field(default="any", description="The keep rule the correction "
+                                                           "was judged by.")
+    decision_scores: list[float] = Field(default_factory=list, description="Keep 'controlled': the chosen candidate's "
+                                         "decision replays (seeds the selection did not use).")
+    control_scores: list[float] = Field(default_factory=list, description="Keep 'controlled': the control, the "
+                                        "student's own turn t* resampled from the same prefix with the same seeds.")
     suffix: str = Field(default="none", description="What follows t* in the row: none | replay | original, with the "
                         "reason when a requested suffix fell back (e.g. 'none (replay requested; judge ran none)').")
     loss_on: Literal["corrected", "all_student"] = "corrected"
@@ -91,6 +96,7 @@ CORRECTION_SCHEMA: dict[str, pl.DataType] = {
     "chosen": pl.Int64(), "chosen_mean_score": pl.Float64(), "rationale": pl.String(), "mode": pl.String(),
     "corrected_trajectory_id": pl.String(), "status": pl.String(), "judge_agreement": pl.Boolean(),
     "source_score": pl.Float64(), "keep": pl.String(), "suffix": pl.String(), "loss_on": pl.String(),
+    "decision_scores": pl.List(pl.Float64()), "control_scores": pl.List(pl.Float64()),
 }
 
 
@@ -151,10 +157,29 @@ def dataset_card(corrections: list[Correction], boundary: set[str] | None = None
         "boundary_share": (sum(c.instance_id in boundary for c in done) / len(done))
         if boundary is not None and done else None,
         "kept": kept_dropped(corrections),
+        "kept_rate": kept_rate(corrections),
         "modes": dict(sorted({m: sum(c.mode == m and c.status == "corrected" for c in corrections)
                               for m in {c.mode for c in corrections}}.items())),
         "categories": dict(sorted({k: sum(c.category == k for c in corrections) for k in {c.category for c in corrections}}.items())),
     }
+
+
+def kept_without_control(c: Correction) -> bool | None:
+    """Whether the rule before the control (the chosen candidate's mean selection-replay score above the failing
+    rollout's) keeps `c`; None when `c` never reached a keep decision (nothing chosen)."""
+    if c.chosen is None or c.source_score is None or c.mode != "single_turn":
+        return None
+    return c.candidates[c.chosen].mean_score > c.source_score
+
+
+def kept_rate(corrections: list[Correction]) -> dict[str, Any]:
+    """Of the corrections that reached a keep decision: how many the rule kept, and how many the rule before the
+    control would have kept (the chosen candidate's selection replays above the failing rollout's score)."""
+    decided = [c for c in corrections if kept_without_control(c) is not None]
+    kept = sum(c.status == "corrected" for c in decided)
+    before = sum(bool(kept_without_control(c)) for c in decided)
+    return {"decided": len(decided), "kept": kept, "kept_without_control": before,
+            "rule": sorted({c.keep for c in decided})}
 
 
 def kept_dropped(corrections: list[Correction]) -> dict[str, dict[str, dict[str, int]]]:
@@ -173,8 +198,9 @@ def kept_dropped(corrections: list[Correction]) -> dict[str, dict[str, dict[str,
 def correction_yield(samples: Iterable[tuple[str, bool]], corrections: list[Correction],
                      in_set: Mapping[str, int]) -> list[dict[str, Any]]:
     """Per family and locator, from the student's samples to the training set: samples, failures, located
-    (a t* named), rewritten (a candidate written), kept (trained on), dropped by the keep rule, and corrections
-    in the set after deduplication and the mix's cap (`in_set`: family -> rows of kind correction)."""
+    (a t* named), rewritten (a candidate written), kept (trained on), dropped by the keep rule, how many the rule
+    before the control would have kept (`kept_without_control`), the yield (kept per failing sample), and
+    corrections in the set after deduplication and the mix's cap (`in_set`: family -> rows of kind correction)."""
     drawn: dict[str, list[bool]] = {}
     for family, passed in samples:
         drawn.setdefault(family, []).append(passed)
@@ -183,10 +209,12 @@ def correction_yield(samples: Iterable[tuple[str, bool]], corrections: list[Corr
         mine = [c for c in corrections if c.family == family]
         for locator in sorted({c.locator for c in mine}) or ["-"]:
             cs = [c for c in mine if c.locator == locator]
+            failures, kept = drawn[family].count(False), sum(c.status == "corrected" for c in cs)
             rows.append({"family": family, "locator": locator, "samples": len(drawn[family]),
-                         "failures": drawn[family].count(False), "located": sum(c.t_star is not None for c in cs),
+                         "failures": failures, "located": sum(c.t_star is not None for c in cs),
                          "rewritten": sum(bool(c.candidates) for c in cs),
-                         "kept": sum(c.status == "corrected" for c in cs),
-                         "dropped (not improved)": sum(c.status == "not_improved" for c in cs),
+                         "kept": kept, "dropped (not improved)": sum(c.status == "not_improved" for c in cs),
+                         "kept without the control": sum(bool(kept_without_control(c)) for c in cs),
+                         "yield (kept / failures)": f"{100 * kept / failures:.1f}%" if failures else "-",
                          "in set": in_set.get(family, 0)})
     return rows

@@ -1,4 +1,5 @@
-"""Small shared helpers: a role for a family, the job for a prefix continuation, a turn's effect."""
+"""Small shared helpers: a role for a family, the job for a prefix continuation, a turn's effect, a trajectory's
+actions as one key (two samples that act alike are one row)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def describe(msg: dict[str, Any]) -> str:
     if e and e[0] == "finish":
         return f"finish ({str(e[1])[:80]!r})"
     return ", ".join(f"{name}({args[:80]})" for name, args in e)
+
+
+def effect_key(msg: TurnRecord | dict[str, Any]) -> str:
+    """`effect` as text: a corrected turn's dedup key (its calls; a text-only turn, its text)."""
+    return json.dumps(effect(msg), default=str)
+
+
+def actions_key(traj: Trajectory) -> str:
+    """What a trajectory does, turn by turn (`effect` of each, call ids ignored): the dedup key of an own success,
+    so samples that acted alike count once."""
+    return json.dumps([effect(t) for t in traj.turns], default=str)

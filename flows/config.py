@@ -27,7 +27,7 @@ from analysis.attribution import parse_spec
 from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
 from flows.errors import ConfigError
-from flows.round.config import PAIRS_STAGES, RoundConfig
+from flows.round.config import PAIRS_STAGES, RoundConfig, read_forward_round
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
 from training.config import LengthRule, TrainConfig
@@ -153,6 +153,8 @@ def read_forward(raw: dict[str, Any]) -> dict[str, Any]:
     the retired keys (`RETIRED`) dropped, so an older run still resumes."""
     for section, key in nested_training_settings(raw):
         raw.setdefault(key, raw[section].pop(key))
+    if isinstance(raw.get("round"), dict):
+        read_forward_round(raw["round"])  # the gate apart from the search's val instances
     for section, keys in RETIRED.items():
         where = raw if not section else raw.get(section)
         for key in keys:
@@ -260,6 +262,10 @@ class RunConfig(BaseModel):
                              "round.stages (or the section)")
         if self.trains and r.student_weights is None:
             raise ValueError("round.student_weights: the train stage trains on M_t's weights; give their directory")
+        if self.trains and self.evaluation.split != "test":
+            raise ValueError(f"evaluation.split: '{self.evaluation.split}' in a round that trains; its arms are "
+                             "compared on the test split (train rows come from train, the gate judges on val): "
+                             "use test")
         if not r.uses_roles:
             return
         for key in ("student", "expert"):

@@ -42,7 +42,8 @@ class Chunk(BaseModel):
 
 
 class RolloutSpec(BaseModel):
-    """What one (model, harness) pair rolls out: the first N instances of a split per family, seeds 0..S-1."""
+    """What one (model, harness) pair rolls out: the first N instances of a split per family (after `skip`),
+    seeds 0..S-1."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -51,7 +52,9 @@ class RolloutSpec(BaseModel):
     harness: str = Field(default="baseline", description="'baseline' (h0 per family) or a harness file.")
     families: list[str] = Field(min_length=1)
     split: Split
-    n_instances: int | None = Field(gt=0, description="First N of the split per family; None = all.")
+    n_instances: int | None = Field(gt=0, description="First N of the split per family (after `skip`); None = all.")
+    skip: int = Field(default=0, ge=0, description="Instances skipped at the split's start (the promotion gate's "
+                      "val instances come after the search's).")
     seeds: int = Field(gt=0, description="Seeds 0..S-1; each instance runs once per seed.")
     limits: Limits = Field(default_factory=Limits)
     tag: str = EVAL_TAG
@@ -84,7 +87,8 @@ def plan(spec: RolloutSpec, repo_root: Path) -> list[Chunk]:
     """One chunk per (family, seed), in that order; a chunk's key hashes everything that changes its rollouts."""
     chunks = []
     for family in spec.families:
-        insts = tasks.instances(family, spec.split, spec.n_instances)
+        insts = tasks.instances(family, spec.split, None if spec.n_instances is None else spec.skip + spec.n_instances)
+        insts = insts[spec.skip:]
         role = spec.role(family)
         harness = harness_for(spec.harness, family, repo_root)
         for seed in range(spec.seeds):

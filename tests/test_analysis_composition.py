@@ -12,10 +12,8 @@ from attribution_helpers import oracle_run
 
 import harness as harness_pkg
 from agents.records import Trajectory
-from agents.tables.trajectories import read_frame, write_trajectories
 from analysis.composition import composition_markdown, composition_shift, composition_table, shift_markdown
-from analysis.report import build_report, write_report
-from analysis.report_sections import composition_section, fit_section, trigger_section
+from analysis.report_sections import composition_section, fit_section, trigger_section, write_section_plots
 from analysis.triggers import fired_components, section_uses, trigger_rates, use_patterns_of
 from harness.context import ContextPolicy
 from harness.hooks import BeforeToolCall, Hook, Inject
@@ -95,21 +93,13 @@ def test_trigger_rates(hooked: dict[str, list[Trajectory]]) -> None:
     assert use_patterns_of(harness_pkg.baseline("stock_alert")) == {}
 
 
-def test_report_with_sections(hooked: dict[str, list[Trajectory]], tmp_path: Path) -> None:
-    frames = [read_frame(write_trajectories(tmp_path / f"{p}.parquet", ts)).with_columns(pl.lit(p).alias("pair"))
-              for p, ts in hooked.items()]
-    frame = pl.concat(frames)
-    plain = build_report(frame, ["h0", "h1"], title="t", n_boot=200)
-    assert "## Component trigger rates" not in plain.markdown
-    triggers = build_report(frame, ["h0", "h1"], title="t", n_boot=200, sections=[trigger_section(hooked, ["h0", "h1"])])
-    assert "| hook:remind | 0.0 (0/2) | 100.0 (2/2) |" in triggers.markdown
+def test_report_sections_and_their_plots(hooked: dict[str, list[Trajectory]], tmp_path: Path) -> None:
+    assert "| hook:remind | 0.0 (0/2) | 100.0 (2/2) |" in trigger_section(hooked, ["h0", "h1"]).markdown
     attrs = attr_frame({"h0": ["planning", "tool_use"], "h1": ["planning", "planning"]})
     sections = [composition_section(attrs, ["h0", "h1"], random.Random(0), shifts=[("h0", "h1")], n_boot=200),
                 trigger_section(hooked, ["h0", "h1"]), fit_section(hooked, base="h0")]
-    rep = build_report(frame, ["h0", "h1"], title="t", n_boot=200, sections=sections)
-    for title in ("## Failure composition", "## Component trigger rates", "## Model-harness fit", "Shift `h0` -> `h1`"):
-        assert title in rep.markdown
-    paths = write_report(rep, frame, tmp_path / "out", ["h0", "h1"])
+    assert [s.title for s in sections] == ["Failure composition", "Component trigger rates", "Model-harness fit"]
+    assert "Shift `h0` -> `h1`" in sections[0].markdown
+    paths = write_section_plots(sections, tmp_path / "out", ["h0", "h1"])
     for key in ("composition", "triggers"):
         assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| h1 | overall |" in (tmp_path / "out" / "report.md").read_text()

@@ -1,4 +1,5 @@
-"""Evaluation statistics and the report, on Trajectory records built here and stored as real Parquet."""
+"""Evaluation statistics on Trajectory records built here and stored as real Parquet (the report's sections:
+tests/test_analysis_report.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 
 from agents.records import Trajectory, TurnRecord
 from agents.tables.trajectories import read_frame, write_trajectories
-from analysis.report import build_report, write_report
 from analysis.stats import (
     OVERALL,
     cost_latency_table,
@@ -19,6 +19,7 @@ from analysis.stats import (
     paired_bootstrap,
     pass_hat_k,
     pass_k_table,
+    two_level_bootstrap,
     wide_table,
 )
 from tasks.records import TaskInstance, Verdict
@@ -113,6 +114,33 @@ def test_paired_bootstrap_uses_only_shared_units(tmp_path: Path) -> None:
         paired_bootstrap(disjoint, "a", "b")
 
 
+def test_two_level_bootstrap_counts_units_once_and_resamples_training_seeds(tmp_path: Path) -> None:
+    """Three adapters of one arm against one base row: the units are the (instance, evaluation seed) pairs, not
+    multiplied by the adapters; the spread between adapters widens the CI; one adapter each is the paired
+    bootstrap, draw for draw."""
+    n, seeds = 20, 2
+    base = [traj("a", i, s, 1.0 if i < 4 else 0.0, model="base") for i in range(n) for s in range(seeds)]
+    cuts = {0: 16, 1: 10, 2: 4}  # adapter k passes the first cuts[k] instances: a wide spread between seeds
+    arm = [traj("a", i, s, 1.0 if i < cuts[k] else 0.0, model=f"arm{k}") for k in cuts for i in range(n)
+           for s in range(seeds)]
+    frame = frame_of(tmp_path, {"base": base, "arm": arm})
+    frame = frame.with_columns(pl.col("model_id").str.strip_prefix("arm").cast(pl.Int64, strict=False)
+                               .alias("train_seed"))
+    d = two_level_bootstrap(frame, "arm", "base", seed_col="train_seed", n_boot=1000, seed=1)
+    assert (d.n_units, d.n_instances, d.seeds_a, d.seeds_b) == (n * seeds, n, 3, 1)
+    assert d.diff == pytest.approx((16 + 10 + 4) / 3 / n - 4 / n)
+    one = two_level_bootstrap(frame.filter(pl.col("train_seed").is_null() | (pl.col("train_seed") == 1)), "arm",
+                              "base", seed_col="train_seed", n_boot=1000, seed=1)
+    assert one.diff == pytest.approx(d.diff) and one.seeds_a == 1
+    assert d.ci_high - d.ci_low > one.ci_high - one.ci_low  # the seeds' spread is counted
+    plain = paired_bootstrap(frame.filter(pl.col("train_seed").is_null() | (pl.col("train_seed") == 1)), "arm",
+                             "base", n_boot=1000, seed=1)
+    assert (one.diff, one.ci_low, one.ci_high, one.n_units) == pytest.approx(
+        (plain.diff, plain.ci_low, plain.ci_high, plain.n_units))
+    with pytest.raises(ValueError, match="two rollouts of unit"):  # the seeds are not told apart: refused
+        two_level_bootstrap(frame, "arm", "base", n_boot=100)
+
+
 def test_cost_latency_per_rollout(tmp_path: Path) -> None:
     ts = [traj("a", 0, 0, 1.0, cost=0.02, wall=2.0, turns=2), traj("a", 1, 0, 0.0, cost=0.04, wall=4.0, turns=4)]
     row = cost_latency_table(frame_of(tmp_path, {"p": ts})).row(0, named=True)
@@ -120,28 +148,3 @@ def test_cost_latency_per_rollout(tmp_path: Path) -> None:
     assert row["cost_usd_mean"] == pytest.approx(0.03) and row["cost_usd_total"] == pytest.approx(0.06)
     assert row["wall_s_mean"] == pytest.approx(3.0) and row["turns_mean"] == pytest.approx(3.0)
     assert row["tokens_mean"] == pytest.approx(45.0)
-
-
-def test_report_writes_markdown_and_pngs_from_rows(tmp_path: Path) -> None:
-    student = [traj(f, i, s, float(i == 0 and s < 2), model="tiny", wall=3.0) for f in ("a", "b") for i in range(3) for s in range(3)]
-    expert = [traj(f, i, s, 1.0, model="oracle", wall=0.5) for f in ("a", "b") for i in range(3) for s in range(3)]
-    frame = frame_of(tmp_path, {"student": student, "expert": expert})
-    rep = build_report(frame, ["student", "expert"], title="Eval", meta={"run": "r1"}, n_boot=200)
-    assert rep.n_rollouts == 36
-    by_fam = {r["family"]: r for r in rep.family_rows}
-    # student: per seed family a = 1/3, 1/3, 0 -> mean 22.2
-    assert by_fam["a"]["student"].startswith("22.2 ± ")
-    assert by_fam[OVERALL]["expert"] == "100.0 ± 0.0"
-    assert "| overall |" in rep.markdown and "pass^k" in rep.markdown and "Paired difference" in rep.markdown
-    ov = next(p for p in rep.paired if p.family == OVERALL)
-    assert ov.a == "expert" and ov.b == "student" and ov.diff == pytest.approx(1 - 4 / 18)
-    paths = write_report(rep, frame, tmp_path / "rep", ["student", "expert"])
-    assert paths["report"].read_text() == rep.markdown
-    for key in ("family_success", "cost_vs_success"):
-        assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[key].stat().st_size > 5000
-
-
-def test_report_refuses_an_empty_frame(tmp_path: Path) -> None:
-    empty = read_frame(tmp_path).with_columns(pl.lit("x").alias("pair"))
-    with pytest.raises(ValueError, match="no trajectories"):
-        build_report(empty, ["x"], title="t")

@@ -13,7 +13,7 @@ from correction_helpers import STUDENT, student_rollout
 
 from agents.records import ModelRole
 from correction.locators import make_locator
-from correction.pipeline import correct_one
+from correction.pipeline import RowOptions, correct_one
 from correction.records import Candidate, read_corrections, write_corrections
 from correction.rewrite import rewrite
 from correction.runner import CachedRollouts, local_rollouts
@@ -66,7 +66,9 @@ async def test_corrected_row_trains_only_the_corrected_turn(failing, tmp_path, t
     view, h = failing.view(), baseline("stock_alert")
     run = CachedRollouts(local_rollouts(2), tmp_path / "cache")
     selector = make_selector("verifier_replay", student=ModelRole(model=STUDENT), replays=1)
-    corr, row = await correct_one(view, h, make_locator("counterfactual"), selector, EXPERT, run)
+    # keep 'improved': the student's own resample finishes this one too, so the control would refuse it
+    corr, row = await correct_one(view, h, make_locator("counterfactual"), selector, EXPERT, run,
+                                  rows=RowOptions(keep="improved"))
     assert corr.status == "corrected" and row is not None and row.id == corr.corrected_trajectory_id
     t = corr.t_star
     # the student's own prefix is untouched (messages and turn records, token ids included)

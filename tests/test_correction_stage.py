@@ -56,8 +56,9 @@ def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
     harnesses = {baseline(t.family).id: baseline(t.family) for t in failing}
     with pytest.raises(ValueError, match="leakage"):  # test-split rollouts never become training rows by default
         correct_run(RunStore(tmp_path, "leak"), failing, {}, CorrectionConfig(student=ModelRole(model=STUDENT)))
-    config = CorrectionConfig(student=ModelRole(model=STUDENT), replays=1, concurrency=1,
+    config = CorrectionConfig(student=ModelRole(model=STUDENT), replays=1, concurrency=1, keep="improved",
                               splits=["train", "test"])  # a measurement run on test instances
+    # (keep 'improved': the student's own resample finishes these too, so the control would keep none)
     killed = Recorder(die_after=4)
     with pytest.raises(Killed):
         correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=killed)
@@ -111,7 +112,8 @@ def test_cli_writes_corrections_and_rejects_bad_input(failing, tmp_path):
     src = tmp_path / "src" / "trajectories.parquet"
     write_trajectories(src, failing[:1])
     out = tmp_path / "out"
-    base = ["--trajectories", str(src.parent), "--student", STUDENT, "--replays", "1", "--out", str(out)]
+    base = ["--trajectories", str(src.parent), "--student", STUDENT, "--replays", "1", "--keep", "improved", "--out",
+            str(out)]
     leak = CliRunner().invoke(app(), base)  # test-split rollouts: the leakage guard refuses them
     assert leak.exit_code == 2 and "leakage" in _text(leak.output) and not out.exists()
     base = [*base, "--allow-split", "test"]
@@ -156,7 +158,7 @@ def test_train_takes_the_correct_output_directory(failing, tmp_path, tiny_model_
     write_trajectories(src, failing[:1])
     out = tmp_path / "corr"
     res = CliRunner().invoke(app(), ["--trajectories", str(src.parent), "--student", STUDENT, "--replays", "1",
-                                     "--allow-split", "test", "--out", str(out)])
+                                     "--keep", "improved", "--allow-split", "test", "--out", str(out)])
     assert res.exit_code == 0, res.output
     fast = ["--base", str(tiny_model_dir), "--epochs", "1", "--seeds", "1", "--effective-batch", "1",
             "--no-gradient-checkpointing", "--no-progress"]

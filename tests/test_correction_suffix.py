@@ -10,7 +10,7 @@ from correction_helpers import student_rollout
 
 from agents.records import ModelRole
 from correction.locators import make_locator
-from correction.pipeline import SuffixOptions, correct_one
+from correction.pipeline import RowOptions, SuffixOptions, correct_one
 from correction.runner import CachedRollouts, local_rollouts
 from correction.selectors import make_selector
 from harness import baseline
@@ -23,10 +23,10 @@ def test_suffix_mode_trains_the_shortest_expert_suffix_the_student_completes(tmp
     lazy = ModelRole(model="flawed/{family}@none+finish_early=1")
     run = CachedRollouts(local_rollouts(2), tmp_path / "cache")
 
-    async def go(suffix):
+    async def go(suffix, rows=RowOptions(keep="improved")):
         return await correct_one(t.view(), baseline("budget_approval"), make_locator("counterfactual"),
                                  make_selector("verifier_replay", student=lazy, replays=1),
-                                 ModelRole(model="flawed/{family}@expert"), run, suffix=suffix)
+                                 ModelRole(model="flawed/{family}@expert"), run, suffix=suffix, rows=rows)
 
     single, _ = asyncio.run(go(None))
     assert single.mode == "single_turn" and single.candidates[single.chosen].mean_score < 1.0
@@ -36,3 +36,8 @@ def test_suffix_mode_trains_the_shortest_expert_suffix_the_student_completes(tmp
     assert corr.candidates[m].replay_scores == [1.0] and all(c.mean_score < 1.0 for c in corr.candidates[:m])
     assert marked_turns(row) == list(range(corr.t_star, corr.t_star + m + 1)) and len(row.turns) == corr.t_star + m + 1
     assert row.turns[:corr.t_star] == t.view().turns[:corr.t_star]
+    # keep 'controlled': the suffix must beat the student's own turn resampled from the same prefix (it does)
+    ctl, _ = asyncio.run(go(SuffixOptions(student=lazy, max_m=8, replays=1),
+                            RowOptions(keep="controlled", student=lazy, replays=1)))
+    assert ctl.mode == "suffix" and ctl.status == "corrected" and ctl.chosen == m
+    assert len(ctl.control_scores) == 1 and ctl.control_scores[0] < ctl.candidates[m].mean_score

@@ -316,3 +316,49 @@ def test_a_run_stored_before_the_lora_move_still_loads_with_its_settings(tmp_pat
     again = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
     assert again.lora == config.lora and again.length == config.length
     assert config.lora != TrainConfig() and config.length != LengthRule()  # local.yaml's own, not the defaults
+
+
+def test_the_gate_judges_on_val_instances_the_search_did_not_use(tmp_path: Path) -> None:
+    """The gate's val instances come after the search's: an overlap (or a search on all 20) is refused naming the
+    key; the round's plan skips the search's instances; a round that trains is refused on a split other than test."""
+    assert load_config(REPO / "deploy/configs/local.yaml").round.gate_instances() == (5, 5)  # val 20-24 | 25-29
+    config = load_config(REPO / "deploy/configs/micro_study.yaml")
+    raw = config.model_dump(mode="json")
+    assert config.round.gate_instances() == (10, 10)
+    raw["round"]["gate"]["val_instances"] = 11
+    with pytest.raises(ConfigError, match=r"gate\.val_instances: 11 \+ search\.val_instances 10 > the 20 val"):
+        parse_config(raw)
+    raw["round"]["gate"]["val_instances"], raw["round"]["search"]["val_instances"] = None, None
+    with pytest.raises(ConfigError, match=r"search\.val_instances: null \(all 20\) leaves no val instance"):
+        parse_config(raw)
+    raw["round"]["search"]["val_instances"] = 12
+    assert parse_config(raw).round.gate_instances() == (12, 8)  # null: every val instance the search does not use
+    raw["evaluation"]["split"] = "val"
+    with pytest.raises(ConfigError, match="evaluation.split: 'val' in a round that trains"):
+        parse_config(raw)
+    raw["round"]["stages"] = ["evaluate_h0", "attribute", "report"]  # an evaluation-only round may read val
+    assert parse_config(raw).evaluation.split == "val"
+    raw = config.model_dump(mode="json")
+    raw["round"]["arms"] = ["imit", "self"]
+    with pytest.raises(ConfigError, match="'self' trains on exactly the own successes the correction arm adds"):
+        parse_config(raw)
+
+
+def test_a_run_stored_before_the_evidence_gate_still_loads_with_the_gate_apart_from_the_search(
+        tmp_path: Path) -> None:
+    """A stored round without `gate.seed_choice` (the gate on the first N val instances, overlapping the search's):
+    it reads forward onto the val instances the search does not use; a search on all 20 onto the first 10."""
+    config = load_config(REPO / "deploy/configs/micro_study.yaml")
+    old = config.model_dump(mode="json")
+    del old["round"]["gate"]["seed_choice"]
+    old["round"]["search"]["val_instances"], old["round"]["gate"]["val_instances"] = 20, 20  # the old defaults
+    with pytest.raises(ConfigError, match="leaves no val instance for the gate"):
+        parse_config(old)
+    store = RunStore(tmp_path, "old-run")
+    store.save_config(old)
+    again = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
+    assert again.round.gate_instances() == (10, 10) and again.round.gate.seed_choice == "average"
+    old["round"]["search"]["val_instances"], old["round"]["gate"]["val_instances"] = 10, 10  # the study's
+    store.save_config(old)
+    kept = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
+    assert kept.round.gate_instances() == (10, 10) and kept.round.search == config.round.search

@@ -120,7 +120,8 @@ def test_fault_in_evaluate_then_resume_reuses_rollouts(tmp_path: Path, vllm_serv
     # every number in the report comes from the stored trajectories
     report = run / "rounds" / "r0" / "reports" / "report.md"
     assert str(report.resolve()) in resumed.output.replace("\n", "")
-    rows = {line.split("|")[1].strip(): line for line in report.read_text().splitlines() if line.startswith("| ")}
+    main = report.read_text().split("## Main table", 1)[1].split("\n## ", 1)[0]  # later tables repeat the row labels
+    rows = {line.split("|")[1].strip(): line for line in main.splitlines() if line.startswith("| ")}
     expert = read_frame(run / "rounds" / "r0" / "trajectories" / "eval" / "pairs.expert")
     assert student.height == expert.height == jobs and student["id"].n_unique() == jobs
     assert rows["student"].rstrip().endswith(f"| {overall_cell(student)} |")

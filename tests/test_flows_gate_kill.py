@@ -95,8 +95,8 @@ def test_a_gate_killed_at_every_point_resumes_wholly_promoted(tmp_path: Path, vl
     raw["evaluation"]["n_instances"] = 1
     raw["round"]["search"].update(budget_rollouts=3, minibatch_size=1, train_instances=1, val_instances=1)
     raw["round"]["data"].update(instances=1)
-    # 2 validation instances against the search's 1: M_t's first one is the search's own rollout (copied, not run), so
-    # the gate still runs several chunks (M_t's second, the candidate's two) and `gate_rollouts` kills between them
+    # 2 validation instances after the search's 1 (val 21-22, which the search never saw): the gate runs several chunks
+    # (M_t's two, the candidate's two) and `gate_rollouts` kills between them
     raw["round"]["gate"].update(val_instances=2)
     t = raw["round"]["index"]
     (tmp_path / "round.yaml").write_text(yaml.safe_dump(raw))

@@ -7,7 +7,10 @@
 - a stage past `round.stage_timeout_s` fails the run with its name and limit, keeps the finished stages, and
   `--resume` with the limit raised finishes without recomputing them;
 - the run lock: a second writer gets one line naming the holder and exit code 2;
-- `--dry-run` of the shipped round configs starts nothing and passes.
+- `--dry-run` of the shipped round configs starts nothing and passes;
+- two rounds on the run's own vLLM server: round 1 starts from round 0's promoted pair (the merged student-r1, h*_0),
+  searches again, and its report shows h*_1 against h*_0 (the diff), M_1 on h*_1 vs h*_0 and its own gate;
+- the `self` arm is exactly the own-success rows of the correction set.
 """
 
 from __future__ import annotations
@@ -121,14 +124,23 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     assert set(state) == set(DEFAULT_STAGES)  # every stage ran and recorded its output
     report = (runs / run_id / "rounds" / f"r{t}" / "reports" / "report.md").read_text()
     for row in ("M_t on h0", "M_t on h*", "expert on h0", "expert on h*", "imitation on h0", "imitation on h*",
-                "correction on h*"):
+                "correction on h*", "self-training on h*"):
         assert f"| {row} |" in report, row
+    assert "| M_t on h*_{t-1} |" not in report  # round 0 starts from h0: no earlier h*
+    assert "correction vs self-training (corr h* - self h*" in report
     assert "## Promotion gate" in report and "SIMULATED" in report and "## Cost and wall time per stage" in report
     (decision,) = PromotionRegistry.under(runs).decisions(run_id)
     assert decision.round == t and decision.reason.startswith(("PROMOTED", "NOT PROMOTED"))
     gate = state["gate"]["output"]
     if gate["candidate"]:  # a correction adapter was trained: the decision carries the validation and fit numbers
         assert decision.evidence["val"] and decision.evidence["diff"]["n_units"] > 0 and decision.evidence["fit"]
+        # judged on the val instances after the search's 2 (val 22-23), never on the ones that chose h*
+        assert gate["instances"] == {"search's per family": 2, "gate's per family": 2, "seed chosen on": 0,
+                                     "judged on": 2}
+        val_ids = set(read_frame(runs / run_id / "rounds" / f"r{t}" / "trajectories" / "eval" / "val.M_t.hstar")[
+            "instance_id"])
+        assert val_ids == {f"{FAMILY}/22", f"{FAMILY}/23"}
+        assert gate["fit"]["n_base"] == 2  # the fit alarm read M_t's validation rollouts, not the test ones
         cand, base = gate["val"][f"val.corr.s{gate['best_seed']}.hstar"], gate["val"]["val.M_t.hstar"]
         assert gate["promoted"] or cand <= base or gate["fit_flag"] or gate["diff"]["ci_high"] < 0
         if cand <= base:  # the default rule promotes only a gain
@@ -383,6 +395,85 @@ def test_a_round_that_changed_nothing_is_not_run_again(tmp_path: Path) -> None:
     ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": families}})
     ctx.store.mark_done("round", "gate", {"output": {"promoted": True, "merged_dir": "m", "reason": "PROMOTED"}})
     assert repeats(ctx) is None  # a new student
+
+
+def test_the_self_arm_is_exactly_the_correction_sets_own_successes(tmp_path: Path) -> None:
+    from agents.records import Trajectory, TurnRecord
+    from flows.config import load_config
+    from flows.round.context import RoundContext, round_store
+    from flows.round.data import _store_set, read_set, self_set
+    from flows.round.next import first_state
+    from harness import baseline
+    from tasks.records import TaskInstance, Verdict
+
+    config = load_config(REPO / "deploy/configs/local.yaml")
+    run = RunStore(tmp_path / "runs", "r-self")
+    state, cfg = first_state(config, run, REPO)
+    ctx = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
+    h = baseline("payroll_audit")
+    ctx.store.save_harness(h)
+
+    def row(i: int, tag: str) -> Trajectory:
+        inst = TaskInstance(id=f"payroll_audit/{i}", family="payroll_audit", index=i, split="train", instruction="x",
+                            difficulty="easy", seed=i)
+        return Trajectory(instance=inst, harness_id=h.id, model_id="m", seed=0,
+                          messages=[{"role": "user", "content": "x"}],
+                          turns=[TurnRecord(index=0, assistant={"role": "assistant", "content": f"{tag} {i}"})],
+                          stop_reason="submitted", verdict=Verdict(score=1.0), tag=tag).with_id()
+
+    rows = [row(0, "correction"), row(1, "self_success"), row(2, "correction"), row(3, "self_success")]
+    corr = _store_set(ctx, "corr", "baseline", "k1", rows, {"rows": 4})
+    own = self_set(ctx, "baseline", corr)
+    assert own.rows == 2 and [t.id for t in read_set(ctx, own)] == [rows[1].id, rows[3].id]
+    assert self_set(ctx, "baseline", corr) == own  # found again by its key
+    empty = self_set(ctx, "baseline", corr.model_copy(update={"rows": 0, "reason": "no correction kept"}))
+    assert empty.rows == 0 and "no correction kept" in empty.reason
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_rounds_the_second_from_the_first_rounds_promoted_pair(
+        tmp_path: Path, tiny_model_dir: Path, ray_local: None, one_torch_thread: None, prefect_harness: None) -> None:
+    """The run's own server (so round 1 can serve the merged student-r1). The random tiny student gains nothing, so
+    round 0 promotes under `non_inferior` with the fit risk allowed and every correction kept (as the gate kill test
+    does); round 1 starts from (student-r1, h*_0), searches from h*_0 and reports against it."""
+    from deploy.vllm_server import free_port
+
+    port = free_port()
+    raw = round_config(tmp_path, f"http://127.0.0.1:{port}/v1", tiny_model_dir)
+    raw["servers"] = [{"model": str(tiny_model_dir), "name": "tiny", "port": port, "max_lora_rank": 16,
+                       "max_loras": 2, "cpu_kvcache_gib": 1}]
+    raw["round"] |= {"index": 0, "arms": ["corr", "self"]}
+    raw["round"]["gate"].update(rule="non_inferior", allow_fit_risk=True)
+    raw["round"]["correction"].update(keep="any", n=1)
+    raw["evaluation"]["n_instances"] = 1
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    result = invoke(["run", "--config", str(cfg), "--rounds", "2"])
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "runs"
+    (run_id,) = list_runs(runs)
+    r0, r1 = _round_state(runs, run_id, 0), _round_state(runs, run_id, 1)
+    assert r0["gate"]["output"]["promoted"] and set(r1) == set(DEFAULT_STAGES)
+    h_star_0 = r0["evolve"]["output"]["h_star_dir"]
+    assert set(r1["evaluate_h_star"]["output"]["pairs"]) == {"M_t.hstar", "expert.hstar", "M_t.hstart"}
+    start = r1["evaluate_h_star"]["output"]["pairs"]["M_t.hstart"]
+    assert start["harness"] == h_star_0 and start["model"] == "hosted_vllm/student-r1"  # M_1 on h*_0
+    report = (runs / run_id / "rounds" / "r1" / "reports" / "report.md").read_text()
+    assert "- M_t: hosted_vllm/student-r1" in report and f"- start harness: {h_star_0}" in report
+    rows = {line.split("|")[1].strip(): line for line in report.splitlines() if line.startswith("| ")}
+    assert re.search(r"\| \d+\.\d", rows["M_t on h*_{t-1}"])  # M_1 on h*_0, beside M_1 on h*_1
+    assert "this round's search (M_t h*_t - M_t h*_{t-1})" in report
+    assert "## Harness change (start harness -> h*_t)" in report and f"- {FAMILY}: " in report
+    decisions = PromotionRegistry.under(runs).decisions(run_id)
+    assert [d.round for d in decisions] == [0, 1] and decisions[1].reason.startswith(("PROMOTED", "NOT PROMOTED"))
+    assert f"**{decisions[1].reason}**" in report  # the report says whether round 1 promotes, and why
+    # the campaign closes round 1's page: M_t on h0 and h*_t per round, and round 0's promoted M_1 on h*_0
+    campaign = report.split("## Campaign: rounds r0..r1 of this run", 1)[1]
+    cell = r"[\d.]+ ± [–\d.]+"
+    assert re.search(rf"\| r0 \| {FAMILY} \| {cell} \| {cell} \| {cell} \| promoted \|", campaign), campaign
+    assert re.search(rf"\| r1 \| {FAMILY} \| {cell} \| {cell} \| ", campaign), campaign
+    assert (runs / run_id / "rounds" / "r1" / "reports" / "campaign.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_merge_adapter_gives_the_same_logits_as_base_plus_adapter(tmp_path: Path, tiny_model_dir: Path) -> None:

@@ -3,7 +3,8 @@
 Night 1 evaluates the promoted `flawed/{family}@expert` student under its harness; night 2 the family's
 pair is a much worse student (`@native+finish_early=1`, which stops at its first turn), whose previous night is given night 1's measured score (the same served
 student with worse weights tonight): the regression is flagged in the report, the registry and the exit
-status (`coevo nightly` exits 3; the flow itself fails when `fail_on_regression`).
+status (`coevo nightly` exits 3; the flow itself fails when `fail_on_regression`), and night 2's report links to
+its comparison with night 1 on the units both ran.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.tables.trajectories import read_frame
 from flows.ops.nightly import MIN_DROP, regressed
 from flows.ops.registry import NightlyScore, Promotion, PromotionRegistry
 from harness import baseline
@@ -64,6 +66,18 @@ def test_nightly_twice_flags_the_worse_student(tmp_path: Path) -> None:
     assert row["regression"] and row["previous_mean"] == night1.mean and row["student"] == worse.student
     assert row["mean"] < night1.mean - MIN_DROP
     assert f"Regressions: {FAMILY}" in (runs / "nightly" / "2026-12-01.md").read_text()
+    # each night links to the comparison with the family's previous night (what `coevo compare` prints)
+    [link] = report["links"]
+    assert link["previous_night"] == "2026-11-30" and link["previous_run"] == night1.run_id and link["units"] == 2
+    passed = {r: float(read_frame(runs / r / "rounds" / "r0" / "trajectories" / "eval" / "pairs.promoted")["passed"]
+                       .mean()) for r in (night1.run_id, row["run_id"])}
+    assert link["diff"] < 0 and link["diff"] == pytest.approx(passed[row["run_id"]] - passed[night1.run_id])
+    night_md = (runs / "nightly" / "2026-12-01.md").read_text()
+    assert "## Compared with the previous night" in night_md and "(2026-12-01-compare.md)" in night_md
+    compared = (runs / "nightly" / "2026-12-01-compare.md").read_text()
+    assert f"coevo compare {night1.run_id} nightly-2026-12-01-{FAMILY}" in compared and "| pairs.promoted |" in compared
+    first_links = json.loads((runs / "nightly" / "2026-11-30.json").read_text())["links"]
+    assert [k["why_not"] for k in first_links] == ["first night: nothing to compare with"]
     assert [s.night for s in reg.nightly(FAMILY)] == ["2026-11-30", "2026-11-30", "2026-12-01"]
 
 

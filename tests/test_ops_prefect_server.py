@@ -1,10 +1,13 @@
-"""The nightly deployment of deploy/prefect.yaml on a real Prefect server process and a process worker.
+"""The deployments of deploy/prefect.yaml on a real Prefect server process and a process worker.
 
 Not the ephemeral API: `prefect server start` on a free port (its own PREFECT_HOME), a `process` work pool,
-`prefect deploy` of the project's own deploy/prefect.yaml (the `nightly-evaluation` deployment), a run of
-it started through the API, and `prefect worker start --run-once` that picks it up and runs the flow in a
-child process from this checkout (the yaml's pull step: COEVO_CHECKOUT). The registry holds one promoted
-offline pair (the SIMULATED `flawed/{family}@expert` student), so the flow is the real nightly at tiny scale.
+`prefect deploy` of the project's own deploy/prefect.yaml (one deployment per test), a run of it started through
+the API, and `prefect worker start --run-once` that picks it up and runs the flow in a child process from this
+checkout (the yaml's pull step: COEVO_CHECKOUT). One server serves both tests.
+- `nightly-evaluation`: the registry holds one promoted offline pair (the SIMULATED `flawed/{family}@expert`
+  student), so the flow is the real nightly at tiny scale.
+- `evaluation-local` (the on-demand evaluation): an offline config (the SIMULATED flawed student and the oracle,
+  one family) at two test instances.
 """
 
 from __future__ import annotations
@@ -13,15 +16,18 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from agents.tables.trajectories import read_frame
 from deploy.vllm_server import free_port
 from flows.rollouts import slug
 from flows.local import server_env
 from flows.ops.registry import Promotion, PromotionRegistry
+from flows.store import RunStore
 from harness import baseline
 from tests.ops_helpers import FAMILY, REPO, api_post, child_env, small_config, stop_group, wait_healthy
 
@@ -56,47 +62,86 @@ def _wait_final(url: str, flow_run_id: str, worker: subprocess.Popen[str], timeo
     raise AssertionError(f"flow run {flow_run_id} still {run['state_type']} after {timeout} s")
 
 
-def test_nightly_deployment_runs_on_a_server_and_worker(tmp_path: Path) -> None:
-    runs = _seed_registry(tmp_path)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+    """`prefect server start` on a free port (its own PREFECT_HOME, scheduler off) with the `coevo` process pool;
+    yields (url, the clients' environment) and stops the server (its process group) after the module."""
+    tmp = tmp_path_factory.mktemp("server")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    base = child_env(tmp_path / "prefect", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    base = child_env(tmp / "prefect", PREFECT_SERVER_ANALYTICS_ENABLED="false",
                      PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false")
     client = {**base, "PREFECT_API_URL": f"{url}/api", "COEVO_CHECKOUT": str(REPO)}
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], cwd=REPO,
-                              env=server_env("127.0.0.1", port, base), stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    worker = None
-    try:
-        wait_healthy(url, server, timeout=180)
-        _prefect(["work-pool", "create", "coevo", "--type", "process"], client)
-        _prefect(["--no-prompt", "deploy", "--prefect-file", "deploy/prefect.yaml", "--name", "nightly-evaluation"],
-                 client, timeout=180)
-        params = {"runs_dir": str(runs), "config_path": str(small_config(tmp_path)), "night": NIGHT}
-        started = _prefect(["deployment", "run", "nightly-evaluation/nightly-evaluation", "--params", json.dumps(params)],
-                           client)
-        [flow_run] = api_post(url, "flow_runs/filter", {"deployments": {"name": {"any_": ["nightly-evaluation"]}}})
-        assert flow_run["state_type"] == "SCHEDULED", started.stdout
-        wlog = (tmp_path / "worker.log").open("w")
+    with (tmp / "server.log").open("w") as log:
+        proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], cwd=REPO,
+                                env=server_env("127.0.0.1", port, base), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            wait_healthy(url, proc, timeout=180)
+            _prefect(["work-pool", "create", "coevo", "--type", "process"], client)
+            yield url, client
+        finally:
+            stop_group(proc)
+
+
+def _deploy_and_run(url: str, client: dict[str, str], tmp_path: Path, deployment: str, flow_name: str,
+                    params: dict[str, object]) -> dict:
+    """`prefect deploy` of one deployment of deploy/prefect.yaml, a run of it through the API, and a process worker
+    (`--run-once`) that runs it from this checkout; returns the finished flow run."""
+    _prefect(["--no-prompt", "deploy", "--prefect-file", "deploy/prefect.yaml", "--name", deployment], client,
+             timeout=180)
+    started = _prefect(["deployment", "run", f"{flow_name}/{deployment}", "--params", json.dumps(params)], client)
+    [flow_run] = api_post(url, "flow_runs/filter", {"deployments": {"name": {"any_": [deployment]}}})
+    assert flow_run["state_type"] == "SCHEDULED", started.stdout
+    with (tmp_path / "worker.log").open("w") as wlog:
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "coevo", "--run-once"], cwd=tmp_path,
                                   env=client, stdout=wlog, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        run = _wait_final(url, flow_run["id"], worker)
-        assert run["state_type"] == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
-        assert worker.returncode == 0
-        keys = {a["key"] for a in api_post(url, "artifacts/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})}
-        assert {f"nightly-report-{NIGHT}", f"nightly-{NIGHT}"} <= keys, keys
-        subflows = api_post(url, "flow_runs/filter", {"flow_runs": {"name": {"any_": [f"coevolution-nightly-{NIGHT}-{FAMILY}"]}}})
-        assert [r["state_type"] for r in subflows] == ["COMPLETED"]
-        sub_keys = {a["key"] for a in api_post(url, "artifacts/filter", {"flow_runs": {"id": {"any_": [subflows[0]["id"]]}}})}
-        assert slug("round-report", f"nightly-{NIGHT}-{FAMILY}", "r0") in sub_keys, sub_keys
-    finally:
-        if worker is not None:
+        try:
+            run = _wait_final(url, flow_run["id"], worker)
+        finally:
             stop_group(worker)
-        stop_group(server)
-        log.close()
+    assert run["state_type"] == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
+    assert worker.returncode == 0 and run["deployment_id"]
+    return run
+
+
+def _keys(url: str, flow_run_id: str) -> set[str]:
+    return {a["key"] for a in api_post(url, "artifacts/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})}
+
+
+def test_nightly_deployment_runs_on_a_server_and_worker(server: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    url, client = server
+    runs = _seed_registry(tmp_path)
+    params = {"runs_dir": str(runs), "config_path": str(small_config(tmp_path)), "night": NIGHT}
+    run = _deploy_and_run(url, client, tmp_path, "nightly-evaluation", "nightly-evaluation", params)
+    assert {f"nightly-report-{NIGHT}", f"nightly-{NIGHT}"} <= _keys(url, run["id"])
+    subflows = api_post(url, "flow_runs/filter", {"flow_runs": {"name": {"any_": [f"coevolution-nightly-{NIGHT}-{FAMILY}"]}}})
+    assert [r["state_type"] for r in subflows] == ["COMPLETED"]
+    assert slug("round-report", f"nightly-{NIGHT}-{FAMILY}", "r0") in _keys(url, subflows[0]["id"])
     # what the run left on disk: the nightly report and the score in the registry
-    assert run["deployment_id"] and run["name"] == f"nightly-{NIGHT}"
+    assert run["name"] == f"nightly-{NIGHT}"
     [score] = PromotionRegistry.under(runs).nightly(FAMILY)
     assert score.night == NIGHT and score.n == 2 and score.run_id == f"nightly-{NIGHT}-{FAMILY}"
     assert "No regression." in (runs / "nightly" / f"{NIGHT}.md").read_text()
+
+
+def test_on_demand_evaluation_deployment_runs_on_a_server_and_worker(server: tuple[str, dict[str, str]],
+                                                                     tmp_path: Path) -> None:
+    """`evaluation-local` (flows/ops/deployments.py): the config's student and expert on one family x two test
+    instances, the round [evaluate_pairs, report] as a subflow; its report and artifacts."""
+    url, client = server
+    params = {"config_path": str(small_config(tmp_path, name="ondemand")), "n_instances": 2}
+    run = _deploy_and_run(url, client, tmp_path, "evaluation-local", "evaluation-on-demand", params)
+    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if (p / "state.json").exists()]
+    subflows = api_post(url, "flow_runs/filter", {"flow_runs": {"name": {"any_": [f"coevolution-{run_dir.name}"]}}})
+    assert [r["state_type"] for r in subflows] == ["COMPLETED"] and subflows[0]["parent_task_run_id"]
+    r0 = run_dir / "rounds" / "r0"
+    assert set(RunStore.open_existing(run_dir / "rounds", "r0").done("round")) == {"evaluate_pairs", "report"}
+    for pair in ("student", "expert"):
+        frame = read_frame(r0 / "trajectories" / "eval" / f"pairs.{pair}")
+        assert frame.height == 2 and set(frame["family"]) == {FAMILY} and frame["instance_id"].n_unique() == 2
+    report = (r0 / "reports" / "report.md").read_text()
+    assert "| student |" in report and "| expert |" in report and "## pass@1, pass@k and pass^k per family" in report
+    slug_id = run_dir.name.lower()
+    assert {f"round-report-{slug_id}-r0", f"round-pass-k-{slug_id}-r0"} <= _keys(url, subflows[0]["id"])
+    assert run["name"] and run["state_type"] == "COMPLETED"

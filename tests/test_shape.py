@@ -214,3 +214,24 @@ def test_the_walk_finds_a_long_function() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     assert long_functions(ast.parse(f"def f():\n{body}\n"), "m.py") == [f"m.py:1 f ({MAX_FUNCTION_LINES + 1} lines)"]
     assert long_functions(ast.parse("def g():\n    return 1\n"), "m.py") == []
+
+
+FLOWS_LAYOUT = {  # the preflight's modules as they import each other today (flows/placement.py names RunConfig
+    "flows/__init__.py": "from flows import config\n",  # for type checking only); a package importing its own
+    "flows/errors.py": "",                              # submodule is no circle
+    "flows/config.py": "from flows import errors\nfrom flows.round.config import RoundConfig\n\n"
+                       "def preflight():\n    from flows.doctor import require_ready\n",
+    "flows/doctor.py": "from flows.doctor_checks import check_roles\n",
+    "flows/doctor_checks.py": "def check_gpus():\n    from flows.placement import check_placement\n",
+    "flows/placement.py": "from typing import TYPE_CHECKING\n\nfrom flows.errors import ConfigError\n\n"
+                          "if TYPE_CHECKING:\n    from flows.config import RunConfig\n",
+    "flows/round/__init__.py": "",
+    "flows/round/config.py": "from flows.placement import PlacementSettings\n",
+}
+
+
+def test_a_circle_inside_one_package_closed_by_a_function_level_import_is_found(tmp_path: Path) -> None:
+    assert find_cycles(import_graph(_plant(tmp_path / "today", FLOWS_LAYOUT))) == []
+    before = {**FLOWS_LAYOUT, "flows/placement.py": "def check_placement():\n    from flows.config import RunConfig\n"}
+    assert find_cycles(import_graph(_plant(tmp_path / "before", before))) == [
+        ["flows.config", "flows.doctor", "flows.doctor_checks", "flows.placement", "flows.config"]]

@@ -1,4 +1,4 @@
-"""`coevo`: the one entry point. Each command group lives in its own `flows/cli_<group>.py` module."""
+"""`coevo`: the one entry point. Each command group lives in its own `flows/cli/<group>.py` module."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "flows.cli.rollout",
     "flows.cli.train",
     "flows.cli.run",
+    "flows.cli.compare",
     "flows.cli.config",
     "flows.cli.attribute",
     "flows.cli.evolve",

@@ -83,8 +83,10 @@ def correct(
                                             "continuation in the chosen replay) | original (the failing rollout's "
                                             "own turns).")] = "none",
     loss_on: Annotated[str, typer.Option(help="corrected (t* only) | all_student (t* and every student turn kept).")] = "corrected",
-    keep: Annotated[str, typer.Option(help="improved (keep a correction only when its replays beat the failing "
-                                           "rollout's score) | any.")] = "improved",
+    keep: Annotated[str, typer.Option(help="controlled (keep a correction only when its decision replays beat the "
+                                           "student's own turn resampled from the same prefix, same seeds) | "
+                                           "improved (when its replays beat the failing rollout's score) | "
+                                           "any.")] = "controlled",
     allow_split: Annotated[Optional[list[str]], typer.Option(
         help="Also accept rollouts of this split (val/test: measurement only, never train on them).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Correct at most this many failing rollouts.")] = None,
@@ -130,6 +132,9 @@ def correct(
     console.print(f"{card['corrections']} corrections from {card['sources']} failing rollouts "
                   f"({result.reused} reused); per family: {card['per_family']}; mean t* {card['mean_t_star']}")
     console.print(f"kept / dropped (keep '{keep}') per family and locator: {card['kept']}")
+    rate = card["kept_rate"]
+    console.print(f"kept {rate['kept']} of {rate['decided']} that reached the keep decision; the rule before the "
+                  f"control would have kept {rate['kept_without_control']}")
     console.print(f"episodes run: {result.calls}; wrote {out / 'trajectories'} and {out / 'datasets' / 'correction_data'}")
 
 

@@ -108,7 +108,14 @@ def nightly(
         console.print(f"{p.family}: {p.student}{sim} x {p.harness_id}: {p.mean:.3f} over {p.n}; {prev}; {flag}")
     if not report.pairs:
         console.print(f"no promoted pair in {Path(runs_dir) / 'registry.sqlite'}: nothing evaluated")
+    for link in report.links:
+        if link.diff is not None:
+            console.print(f"{link.family}: tonight - {link.previous_night} {100 * link.diff:+.1f} pp "
+                          f"[{100 * link.ci_low:+.1f}, {100 * link.ci_high:+.1f}] on {link.units} units "  # type: ignore[operator]
+                          f"({link.command} --runs-dir {runs_dir})", markup=False, highlight=False)
     console.print(f"report: {report.report_path}")
+    if report.comparison_path:
+        console.print(f"compared with the previous night: {report.comparison_path}")
     if report.regressions:
         raise typer.Exit(3)
 

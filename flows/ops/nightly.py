@@ -17,6 +17,9 @@ Regression rule (one-sided, stated up front): a pair regressed when its mean fel
 standard error of the difference of two means of scores in [0, 1] (p(1-p)/n bounds the variance of such a
 mean), MIN_DROP = 0.05 (5 points) and Z = 1.645 (95% one-sided). A first night has nothing to compare with.
 
+Each family's run is then paired with the family's previous night (flows/ops/nightly_compare.py, the numbers
+`coevo compare` prints): the report links to `<runs_dir>/nightly/<night>-compare.md`.
+
 Regressions are in the report (`<runs_dir>/nightly/<night>.md` and `.json`), in the flow's table and
 markdown artifacts, and in the outcome: with `fail_on_regression` (the default, what the deployment runs)
 the flow fails after everything is recorded, so the failed run is the alarm; `coevo nightly` exits 3.
@@ -33,9 +36,10 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from flows.config import RunConfig, load_config, parse_config
+from flows.ops.nightly_compare import NightLink, comparison_path, comparisons_markdown, link_night, links_markdown
 from flows.ops.registry import NightlyScore, Promotion, PromotionRegistry
 from flows.rollouts import slug
 from flows.round.eval import EvalRecord, frame_of
@@ -78,6 +82,8 @@ class NightlyReport(BaseModel):
     runs_dir: str
     pairs: list[PairNight]
     report_path: str
+    links: list[NightLink] = Field(default_factory=list, description="Each family against its previous night.")
+    comparison_path: str | None = Field(default=None, description="<runs_dir>/nightly/<night>-compare.md")
 
     @property
     def regressions(self) -> list[PairNight]:
@@ -159,11 +165,17 @@ def _markdown(night: str, pairs: list[PairNight]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(runs_dir: str, night: str, pairs: list[PairNight]) -> NightlyReport:
-    """<runs_dir>/nightly/<night>.md and .json, and the flow's table + markdown artifacts."""
+def write_report(runs_dir: str, night: str, pairs: list[PairNight], links: list[NightLink] | None = None) -> NightlyReport:
+    """<runs_dir>/nightly/<night>.md and .json (and `<night>-compare.md` with the previous nights), and the flow's
+    table + markdown artifacts."""
     out = Path(runs_dir) / "nightly"
-    report = NightlyReport(night=night, runs_dir=str(runs_dir), pairs=pairs, report_path=str(out / f"{night}.md"))
+    cpath = comparison_path(runs_dir, night) if links else None
+    report = NightlyReport(night=night, runs_dir=str(runs_dir), pairs=pairs, report_path=str(out / f"{night}.md"),
+                           links=links or [], comparison_path=str(cpath) if cpath else None)
     md = _markdown(night, pairs)
+    if cpath is not None:
+        atomic_write_text(cpath, comparisons_markdown(night, links or []))
+        md += "\n" + links_markdown(links or [], cpath.name)
     atomic_write_text(out / f"{night}.md", md)
     atomic_write_text(out / f"{night}.json", json.dumps(report.model_dump(mode="json"), indent=2))
     create_markdown_artifact(markdown=md, key=slug("nightly-report", night), description=f"Nightly evaluation {night}")
@@ -195,7 +207,8 @@ def nightly_evaluation(runs_dir: str = "runs", config_path: str = "deploy/config
         pairs.append(_compare(reg, promo, result.run_id, night, mean, n))
         log.info("%s: %s mean %.3f over %d rollouts%s", promo.family, _label(promo.student), mean, n,
                  " REGRESSION" if pairs[-1].regression else "")
-    report = write_report(runs_dir, night, pairs)
+    links = [link_night(reg, runs_dir, night, p.family, p.run_id, PAIR) for p in pairs]
+    report = write_report(runs_dir, night, pairs, links)
     log.info("nightly report: %s", report.report_path)
     if report.regressions and fail_on_regression:
         raise NightlyRegression(f"regression in {', '.join(p.family for p in report.regressions)} "

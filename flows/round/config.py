@@ -15,7 +15,7 @@ on). A round without `evolve` has no search: h*_t is its start harness (an imita
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,10 +23,12 @@ from correction.locators.base import parse_locator
 from correction.selectors.base import parse_selector
 from flows.placement import PlacementSettings
 from harness.evolution import parse_strategy
+from tasks.base import SPLIT_RANGES
 
-Arm = Literal["imit_h0", "imit", "corr"]
-ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr")
-ARM_SUFFIX: dict[str, str] = {"imit_h0": "imit-h0", "imit": "imit", "corr": "corr"}
+Arm = Literal["imit_h0", "imit", "corr", "self"]
+ARMS: tuple[Arm, ...] = ("imit_h0", "imit", "corr", "self")
+ARM_SUFFIX: dict[str, str] = {"imit_h0": "imit-h0", "imit": "imit", "corr": "corr", "self": "self"}
+VAL_INSTANCES = len(SPLIT_RANGES["val"])  # per family (20-39): the search validates on the first, the gate on the rest
 STAGES: list[str] = ["evaluate_pairs", "evaluate_h0", "evolve", "evaluate_h_star", "arm_data", "train",
                      "evaluate_arms", "attribute", "gate", "report"]
 DEFAULT_STAGES: list[str] = [s for s in STAGES if s != "evaluate_pairs"]  # the co-evolution round
@@ -34,7 +36,7 @@ PAIRS_STAGES: list[str] = ["evaluate_pairs", "attribute", "report"]  # a config 
 # What a stage reads from the stages before it: a round that runs a subset (`round.stages`) must include these.
 NEEDS: dict[str, tuple[str, ...]] = {
     "evaluate_h_star": ("evolve",), "train": ("arm_data",), "evaluate_arms": ("train",),
-    "gate": ("train", "evaluate_arms"), "report": ()}
+    "gate": ("train",), "report": ()}
 # Stages that call M_t or the expert role (a round of evaluate_pairs, attribute and report needs neither).
 ROLE_STAGES: frozenset[str] = frozenset(DEFAULT_STAGES) - {"attribute", "report"}
 
@@ -54,7 +56,8 @@ class SearchSettings(BaseModel):
         default="epoch", description="'epoch' (GEPA's) or 'informative' (toward instances whose score varied).")
     max_edits: int = Field(default=2, ge=1, description="At most this many typed edits in one proposal.")
     train_instances: int | None = Field(default=None, gt=0, description="First N train instances; null = all 20.")
-    val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances.")
+    val_instances: int | None = Field(default=10, gt=0, le=20, description="First N val instances (null = all 20); "
+                                      "the promotion gate judges on val instances after these, never on them.")
     train_seeds: int = Field(default=1, ge=1, description="Rollout seeds per train instance.")
     val_seeds: int = Field(default=1, ge=1, description="Rollout seeds per val instance.")
 
@@ -104,9 +107,11 @@ class CorrectionSettings(BaseModel):
     loss_on: Literal["corrected", "all_student"] = Field(
         default="corrected", description="corrected (the corrected turn only) | all_student (and every student "
         "turn kept; a suffix from a replay that did not pass carries no loss).")
-    keep: Literal["improved", "any"] = Field(
-        default="improved", description="improved: keep a correction only when the chosen candidate's mean replay "
-        "score exceeds the failing rollout's score; any: keep every chosen candidate.")
+    keep: Literal["controlled", "improved", "any"] = Field(
+        default="controlled", description="controlled: keep a correction only when the chosen candidate's decision "
+        "replays (seeds the selection did not use) score above the control's, the student's own turn t* resampled "
+        "from the same prefix with the same seeds; improved (the rule before): when the chosen candidate's mean "
+        "replay score exceeds the failing rollout's score; any: keep every chosen candidate.")
     locator: str = Field(default="counterfactual", description="counterfactual | divergence | mle_agent:MODEL")
     locator_expert: str = Field(default="oracle/{family}", description="Continues prefixes for the counterfactual: "
                                 "a role name under `models` or a model string.")
@@ -135,21 +140,29 @@ class CorrectionSettings(BaseModel):
 
 
 class GateSettings(BaseModel):
-    """The promotion gate: the correction arm's best training seed vs M_t on the validation split under h*_t."""
+    """The promotion gate: the correction arm's training seeds vs M_t on val instances the search never saw,
+    under h*_t (analysis/gate.py; its error rates: docs/correction.md, "The promotion gate's error rates")."""
 
     model_config = ConfigDict(extra="forbid")
 
-    val_instances: int | None = Field(default=20, gt=0, le=20, description="First N val instances per family.")
-    val_seeds: int = Field(default=1, ge=1, description="Sampling seeds per val instance.")
+    val_instances: int | None = Field(default=None, gt=0, le=20, description="Val instances per family the gate "
+                                      "judges on, taken after the first `search.val_instances` (the ones the search "
+                                      "chose h* with); null = every val instance the search does not use.")
+    val_seeds: int = Field(default=1, ge=1, description="Sampling seeds per val instance (size them for power: "
+                           "benchmarks/gate_power.py).")
+    seed_choice: Literal["average", "split"] = Field(
+        default="average", description="average: judge the mean over the correction arm's training seeds (instances "
+        "and training seeds resampled), then promote the seed with the best validation mean; split: choose the best "
+        "seed on half of the val instances, judge it on the other half.")
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="Of the paired bootstrap CI.")
     bootstrap_samples: int = Field(default=2000, ge=100, description="Draws for the paired bootstrap CI.")
     allow_fit_risk: bool = Field(default=False, description="Promote even when the fit monitor flags the adapter.")
     merge: bool = Field(default=True, description="Merge the promoted adapter into the base weights (peft) as "
                                                   "the next round's student `student-r{t+1}`.")
     rule: Literal["gain", "non_inferior"] = Field(
-        default="gain", description="'gain': promote only when the candidate's validation mean is above M_t's, "
-        "not significantly below it, and the fit check passes (a candidate equal to M_t is 'not promoted: no "
-        "gain' and the next round starts from M_t); 'non_inferior': promote unless significantly below M_t.")
+        default="gain", description="'gain': promote only when the paired difference candidate - M_t has its CI "
+        "low end above 0 and the fit check passes (otherwise 'not promoted: no gain shown' and the next round "
+        "starts from M_t); 'non_inferior': promote unless significantly below M_t (the CI's high end under 0).")
 
 
 class RoundConfig(BaseModel):
@@ -166,7 +179,8 @@ class RoundConfig(BaseModel):
     start_harness: str = Field(default="baseline", description="Round 0's start harness: 'baseline' (h0) or a "
                                "directory with one <family>.yaml each.")
     index: int = Field(default=0, ge=0, description="t of the first round (adapters are named student@r{t+1}-...).")
-    arms: list[Arm] = Field(default_factory=lambda: list(ARMS), description="Trained arms: imit_h0, imit, corr.")
+    arms: list[Arm] = Field(default_factory=lambda: list(ARMS), description="Trained arms: imit_h0, imit, corr, self "
+                            "(the control: exactly the own successes the corr set holds, without its corrections).")
     search: SearchSettings = Field(default_factory=SearchSettings)
     data: DataSettings = Field(default_factory=DataSettings)
     correction: CorrectionSettings = Field(default_factory=CorrectionSettings)
@@ -231,7 +245,47 @@ class RoundConfig(BaseModel):
     def _arms(cls, v: list[Arm]) -> list[Arm]:
         if len(set(v)) != len(v):
             raise ValueError(f"arms repeat: {v}")
+        if "self" in v and "corr" not in v:
+            raise ValueError("'self' trains on exactly the own successes the correction arm adds to its corrections; "
+                             "add 'corr' (or drop 'self')")
         return v
+
+    @model_validator(mode="after")
+    def _gate_apart_from_search(self) -> "RoundConfig":
+        """The gate judges on val instances the search did not choose h* with (no winner's curse)."""
+        if "gate" not in self.stages:
+            return self
+        room = VAL_INSTANCES - (self.search.val_instances or VAL_INSTANCES)
+        if room < 1:
+            raise ValueError(f"search.val_instances: {self.search.val_instances or 'null (all 20)'} leaves no val "
+                             f"instance for the gate, which must judge on instances the search did not choose h* "
+                             f"with; give the search at most {VAL_INSTANCES - 1}")
+        if self.gate.val_instances is not None and self.gate.val_instances > room:
+            raise ValueError(f"gate.val_instances: {self.gate.val_instances} + search.val_instances "
+                             f"{self.search.val_instances} > the {VAL_INSTANCES} val instances per family; the gate "
+                             f"judges on the ones the search does not use: give at most {room} (null: all {room})")
+        return self
+
+    def gate_instances(self) -> tuple[int, int]:
+        """(skip, n): the gate's val instances per family are the n after the first `skip` (the search's)."""
+        skip = self.search.val_instances or VAL_INSTANCES
+        return skip, self.gate.val_instances or (VAL_INSTANCES - skip)
+
+
+def read_forward_round(raw: dict[str, Any]) -> dict[str, Any]:
+    """A `round:` section a run stored before the gate judged on val instances apart from the search's (its `gate`
+    has no `seed_choice`): the gate reads forward onto the val instances the search does not use; a search that
+    validated on all 20 reads forward onto the first 10 (that run's evolve stage then runs again on resume, its
+    cached evaluations reused)."""
+    gate, search = raw.get("gate"), raw.get("search")
+    if not isinstance(gate, dict) or not isinstance(search, dict) or "seed_choice" in gate:
+        return raw
+    if (search.get("val_instances") or VAL_INSTANCES) >= VAL_INSTANCES:
+        search["val_instances"] = VAL_INSTANCES // 2
+    room = VAL_INSTANCES - search["val_instances"]
+    if gate.get("val_instances") is not None and gate["val_instances"] > room:
+        gate["val_instances"] = None
+    return raw
 
 
 def adapter_name(t: int, arm: str, seed: int) -> str:

@@ -76,9 +76,11 @@ class CorrectionConfig(BaseModel):
     loss_on: LossOn = Field(default="corrected", description="corrected: loss on the corrected turn only; "
                             "all_student: also on every student turn kept (a suffix from a replay that did not "
                             "pass carries no loss).")
-    keep: Keep = Field(default="improved", description="improved: keep a correction only when the chosen "
-                       "candidate's mean replay score exceeds the failing rollout's score (a judge-chosen "
-                       "candidate gets one student replay for it); any: keep every chosen candidate.")
+    keep: Keep = Field(default="controlled", description="controlled: keep a correction only when its decision "
+                       "replays (seeds the selection did not use) beat the control, the student's own turn t* "
+                       "resampled from the same prefix with the same seeds; improved: when the chosen candidate's "
+                       "mean replay score exceeds the failing rollout's score (a judge-chosen candidate gets one "
+                       "student replay for it); any: keep every chosen candidate (correction/pipeline.py).")
     splits: list[str] = Field(default=["train", "pretrain"], description="Splits whose rollouts may become training "
                               "rows (leakage guard); add val/test only for measurement, never for training.")
 
@@ -134,7 +136,7 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
         suffix = SuffixOptions(student=config.student, max_m=config.max_suffix, replays=config.replays) \
             if config.mode == "suffix" else None
         rows = RowOptions(suffix=config.suffix, loss_on=config.loss_on, keep=config.keep, student=config.student,
-                          extra_turns=config.extra_turns)
+                          extra_turns=config.extra_turns, replays=config.replays)
         corr, row = await correct_one(view, harness, locator, build_selector(config.selector, config, calls), config.expert,
                                       run, n=config.n, also=also, suffix=suffix, rows=rows)
     key = source_key(view, config)

@@ -5,6 +5,8 @@
     corr     M_t's failures under h*_t, t* localized and rewritten by the expert, selected by the verifier
              (flows/round/correct.py), mixed with M_t's own successes under h*_t, boundary instances first
              (correction/mix.py)                                                  (mask: the marked turns)
+    self     the control: exactly the own-success rows of the corr set (same rows, same count, same training
+             settings), without its corrections; corr - self is what the corrections themselves add
 
 Every row is marked trained turn by turn (`training.dataset.TRAIN_TURN_TRIGGER`), so all three arms build their
 datasets with `mask="turns"`. A set is stored as `trajectories/sets/<arm>/<key>.parquet` with its card in
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.budget import SpendCap
 from agents.records import ModelRole, Trajectory
 from correction.arm_set import correction_arm_items
-from correction.imitation import build_imitation_set
+from correction.imitation import TAG_SELF, build_imitation_set
 from correction.leakage import check_no_leakage
 from correction.mix import MixConfig, mix, pass_rates
 from correction.records import correction_yield
@@ -158,6 +160,23 @@ def correction_set(ctx: RoundContext, h_star: str, samples: list[Trajectory]) ->
     return _store_set(ctx, "corr", h_star, key, rows, card)
 
 
+def self_set(ctx: RoundContext, h_star: str, corr: ArmSet) -> ArmSet:
+    """The `self` arm: the corr set's own-success rows alone (rejection-sampling fine-tuning, the control)."""
+    if not corr.rows:
+        return ArmSet(arm="self", harness=h_star, reason=f"the correction arm has no set ({corr.reason or 'empty'}): "
+                      "no own-success rows to match")
+    key = content_key("self", corr.key)
+    found = _found(ctx, "self", h_star, key)
+    if found is not None:
+        return found
+    rows = [t for t in read_set(ctx, corr) if t.tag == TAG_SELF]
+    if not rows:
+        return ArmSet(arm="self", harness=h_star, reason="the correction arm's set holds no own success")
+    card = {"rows": len(rows), "from": f"corr-{corr.key}",
+            "per_family": dict(sorted(Counter(t.family for t in rows).items()))}
+    return _store_set(ctx, "self", h_star, key, rows, card)
+
+
 def build_arm_data(ctx: RoundContext, h_star: str) -> ArmDataRecord:
     """The train-split rollouts (resumed per rollout), then the set of every configured arm."""
     recs = _collect_data(ctx, h_star)
@@ -169,6 +188,8 @@ def build_arm_data(ctx: RoundContext, h_star: str) -> ArmDataRecord:
         sets["imit"] = imitation_set(ctx, "imit", h_star, read["data.expert.hstar"], read["data.M_t.hstar"])
     if "corr" in ctx.r.arms:
         sets["corr"] = correction_set(ctx, h_star, read["data.M_t.hstar"])
+    if "self" in ctx.r.arms:
+        sets["self"] = self_set(ctx, h_star, sets["corr"])
     return ArmDataRecord(rollouts=recs, sets=sets)
 
 

@@ -52,10 +52,10 @@ def per_rollout(chunks: list[Chunk]) -> list[Chunk]:
 
 
 def pair_chunks(ctx: RoundContext, pair: PairPlan, split: Split, n_instances: int | None, seeds: int,
-                tag: str) -> list[Chunk]:
+                tag: str, skip: int = 0) -> list[Chunk]:
     spec = RolloutSpec(name=pair.name, model=pair.role, harness=pair.harness, families=ctx.families(), split=split,
                        n_instances=n_instances, seeds=seeds, limits=ctx.config.limits, tag=tag,
-                       stage=f"eval/{pair.name}", tool_choice=pair.tool_choice)
+                       stage=f"eval/{pair.name}", tool_choice=pair.tool_choice, skip=skip)
     return per_rollout(plan(spec, ctx.base))
 
 
@@ -67,9 +67,10 @@ def collect(ctx_config: Any, run_root: str, round_id: str, chunks: list[Chunk], 
 
 
 def evaluate_pairs(ctx: RoundContext, pairs: list[PairPlan], split: Split, n_instances: int | None, seeds: int,
-                   tag: str = "eval") -> dict[str, EvalRecord]:
-    """Every pair's rollouts (one batch), then a record per pair read back from the store."""
-    planned = {p.name: pair_chunks(ctx, p, split, n_instances, seeds, tag) for p in pairs}
+                   tag: str = "eval", skip: int = 0) -> dict[str, EvalRecord]:
+    """Every pair's rollouts (one batch), then a record per pair read back from the store; the instances are the
+    first `n_instances` of the split after `skip`."""
+    planned = {p.name: pair_chunks(ctx, p, split, n_instances, seeds, tag, skip) for p in pairs}
     primary: dict[str, Chunk] = {}  # job key -> the chunk that runs it (two pairs can share a job: h* == h0)
     for c in (c for cs in planned.values() for c in cs):
         primary.setdefault(c.jobs[0].key, c)

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
-                               update_progress_artifact)
+from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
+                               create_table_artifact, update_progress_artifact)
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.config import ConfigError, RunConfig, load_config, preflight, resolved
@@ -35,6 +35,7 @@ from flows.round.context import RoundContext, RoundState, round_store
 from flows.round.config import STAGES
 from flows.round.lock import RunLock
 from flows.round.next import first_state, next_round, repeats
+from flows.round.reporting import ReportRecord
 from flows.round.runner import StageRunner
 from flows.store import RunStore, new_run_id
 
@@ -77,9 +78,7 @@ def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[in
             progress(i + 1)
     gate, rep = runner.records.get("gate"), runner.records.get("report")
     if rep is not None:
-        create_markdown_artifact(markdown=rep.markdown[:100_000],
-                                 key=slug("round-report", ctx.store.root.parent.parent.name, f"r{ctx.t}")[:120],
-                                 description=f"co-evolution round {ctx.t}: report")
+        _report_artifacts(ctx.store.root.parent.parent.name, ctx.t, rep)
     return RoundResult(t=ctx.t, student=ctx.state.student_model, report_path=rep.report_path if rep else "",
                        promoted=gate.promoted if gate else None,
                        decision=gate.reason if gate else f"no gate (stages: {', '.join(ctx.r.stages)})",
@@ -91,6 +90,27 @@ def _servers(ctx: RoundContext) -> Any:
     from flows.servers import ModelServers
 
     return ModelServers(ctx.config, ctx.store.root / "logs" / "servers", ctx.base, logger=get_run_logger())
+
+
+def _report_artifacts(run_id: str, t: int, rep: ReportRecord) -> None:
+    """The round's report in the dashboard: the page (markdown), its pass@k and cost-per-row tables, its PNGs
+    (links to the files)."""
+    from flows.rollouts import slug
+
+    create_markdown_artifact(markdown=rep.markdown[:100_000], key=slug("round-report", run_id, f"r{t}")[:120],
+                             description=f"co-evolution round {t}: report")
+    if rep.pass_k:
+        create_table_artifact(table=[{k: str(v) for k, v in r.items()} for r in rep.pass_k],
+                              key=slug("round-pass-k", run_id, f"r{t}")[:120],
+                              description=f"round {t}: pass@1, pass@k, pass^k per row and family, 95% CIs")
+    if rep.row_costs:
+        create_table_artifact(table=[{k: str(v) for k, v in r.items()} for r in rep.row_costs],
+                              key=slug("round-row-costs", run_id, f"r{t}")[:120],
+                              description=f"round {t}: cost per row (API dollars, model-seconds, wall seconds)")
+    for name, path in sorted(rep.plots.items()):
+        create_link_artifact(link=Path(path).resolve().as_uri(), link_text=Path(path).name,
+                             key=slug("round-plot", run_id, f"r{t}", name)[:120],
+                             description=f"round {t}: {name} plot (a PNG beside report.md)")
 
 
 def _artifact(key: str, stage: str, rec: BaseModel) -> None:

@@ -1,13 +1,15 @@
 """The promotion gate of round t: does the correction arm's adapter become M_{t+1}?
 
-1. M_t and every correction seed under h*_t on the validation split (`round.gate.val_instances` x `val_seeds`).
-2. The seed with the best validation mean is the candidate.
-3. Paired bootstrap (analysis/stats.py) of candidate - M_t over (instance, seed) units: the candidate is refused
-   when its CI lies wholly below 0 (significantly worse). Under the default rule `gain` it is also refused when
-   its validation mean is not above M_t's ("not promoted: no gain": promoting no-ops accumulates drift round
-   after round); `round.gate.rule: non_inferior` keeps non-inferiority alone.
-4. The fit monitor (analysis/fit.py `fit_alarm`) on the test rollouts under h*_t: candidate vs M_t (and the
-   expert); a flag refuses it unless `round.gate.allow_fit_risk`.
+1. M_t and every correction seed under h*_t on val instances the harness search never saw: the
+   `round.gate.val_instances` after the search's first `round.search.val_instances` (so M_t's score on h* is
+   not the one the search picked h* with), `val_seeds` each.
+2. The evidence (analysis/gate.py `judge_candidates`): `seed_choice: average` judges the mean over the training
+   seeds (instances and training seeds resampled) and promotes the seed with the best validation mean;
+   `split` chooses the seed on half the instances and judges it on the other half.
+3. The rule (analysis/gate.py `promotion_rule`): under `gain` (the default) the paired difference's CI low end
+   must be above 0 ("not promoted: no gain shown" otherwise); `non_inferior` refuses only a significant loss.
+4. The fit monitor (analysis/fit.py `fit_alarm`) on the validation rollouts (never test ones): the promoted
+   seed vs M_t under h*_t; a flag refuses it unless `round.gate.allow_fit_risk`.
 5. Promoted: merged into M_t's weights (training/merge.py) as `<round>/merged/student-r{t+1}`, a promotion row
    per family in the registry (`<runs_dir>/registry.sqlite`). Every decision, kept or not, is a registry row.
 
@@ -30,8 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.fit import FitConfig, fit_alarm
-from analysis.gate import promotion_rule
-from analysis.stats import paired_bootstrap
+from analysis.gate import judge_candidates, promotion_rule
 from flows import faults
 from flows.ops.registry import SHA_FILE, GateDecision, Promotion, PromotionRegistry, directory_sha256
 from flows.round.config import adapter_name
@@ -50,7 +51,14 @@ class GateRecord(BaseModel):
     best_seed: int | None = None
     val: dict[str, float] = Field(default_factory=dict, description="Validation success per pair.")
     diff: dict[str, Any] = Field(default_factory=dict, description="PairedDiff candidate - M_t (validation).")
-    fit: dict[str, Any] = Field(default_factory=dict, description="FitEvidence of the candidate (test, under h*).")
+    fit: dict[str, Any] = Field(default_factory=dict, description="FitEvidence of the promoted seed (validation, "
+                                "under h*; before the gate read validation rollouts: test).")
+    seed_choice: str = Field(default="", description="How the seed was chosen and judged (analysis/gate.py).")
+    seed_means: dict[int, float] = Field(default_factory=dict, description="Each seed's validation mean on the "
+                                         "units it was chosen on.")
+    instances: dict[str, int] = Field(default_factory=dict, description="Val instances: the search's and the gate's "
+                                      "per family; then, over all families, those the seed was chosen on ('split') "
+                                      "and those the decision was judged on.")
     fit_flag: bool | None = None
     merged_dir: str = ""
     merged_sha256: str = Field(default="", description="directory_sha256 of the merged weights (the registry's too).")
@@ -64,22 +72,26 @@ def _val_pairs(ctx: RoundContext, h_star: str, seeds: list[int]) -> list[PairPla
     return pairs
 
 
-def _decide(ctx: RoundContext, val: dict[str, EvalRecord], best: int, tests: dict[str, EvalRecord]) -> GateRecord:
+def _decide(ctx: RoundContext, val: dict[str, EvalRecord], seeds: list[int]) -> GateRecord:
     g = ctx.r.gate
     frame = frame_of(ctx.store, list(val.values()))
-    cand = f"val.corr.s{best}.hstar"
-    diff = paired_bootstrap(frame, cand, "val.M_t.hstar", n_boot=g.bootstrap_samples, confidence=g.confidence)
+    names = {k: f"val.corr.s{k}.hstar" for k in seeds}
+    ev = judge_candidates(frame, "val.M_t.hstar", names, g.seed_choice, n_boot=g.bootstrap_samples,
+                          confidence=g.confidence)
+    best = ev.chosen_seed
     fit_cfg = ctx.config.attribution.fit if ctx.config.attribution else FitConfig()
-    trained = trajectories_of(ctx.store, [tests[f"corr.s{best}.hstar"]])
-    flag, ev = fit_alarm(trained, trajectories_of(ctx.store, [tests["M_t.hstar"]]),
-                         trajectories_of(ctx.store, [tests["expert.hstar"]]), fit_cfg)
-    verdict = promotion_rule(diff, val[cand].success, val["val.M_t.hstar"].success, flag, ev.reason, g.rule,
-                             g.allow_fit_risk)
+    flag, fit_ev = fit_alarm(trajectories_of(ctx.store, [val[names[best]]]),
+                             trajectories_of(ctx.store, [val["val.M_t.hstar"]]), (), fit_cfg)
+    verdict = promotion_rule(ev.diff, ev.candidate, ev.incumbent, flag, fit_ev.reason, g.rule, g.allow_fit_risk)
     promoted, why = verdict.promoted, verdict.reasons
-    fit = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in ev.model_dump().items()}
+    fit = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in fit_ev.model_dump().items()}
+    skip, n = ctx.r.gate_instances()
+    units = {"search's per family": skip, "gate's per family": n, "seed chosen on": len(ev.select_instances),
+             "judged on": len(ev.judge_instances)}
     return GateRecord(promoted=promoted, reason=("PROMOTED: " if promoted else "NOT PROMOTED: ") + "; ".join(why),
                       candidate=adapter_name(ctx.t, "corr", best), best_seed=best,
-                      val={k: v.success for k, v in val.items()}, diff=diff.model_dump(), fit=fit, fit_flag=flag)
+                      val={k: v.success for k, v in val.items()}, diff=ev.diff.model_dump(), fit=fit, fit_flag=flag,
+                      seed_choice=g.seed_choice, seed_means=ev.seed_means, instances=units)
 
 
 def _published(final: Path, base: str, adapter: str) -> str:
@@ -149,7 +161,7 @@ def _commit(ctx: RoundContext, rec: GateRecord, promotions: list[Promotion]) -> 
         promotions, decision, token, before_commit=lambda: faults.maybe_kill("gate_registry", ctx.store.root))
 
 
-def gate(ctx: RoundContext, h_star: str, trained: TrainRecord, tests: dict[str, EvalRecord]) -> GateRecord:
+def gate(ctx: RoundContext, h_star: str, trained: TrainRecord) -> GateRecord:
     corr = trained.arms.get("corr")
     promotions: list[Promotion] = []
     if corr is None or not corr.adapters:
@@ -157,13 +169,13 @@ def gate(ctx: RoundContext, h_star: str, trained: TrainRecord, tests: dict[str, 
                          + (corr.reason if corr else "the corr arm is not configured") + ")")
     else:
         seeds = sorted(corr.adapters)
-        g = ctx.r.gate
-        val = evaluate_pairs(ctx, _val_pairs(ctx, h_star, seeds), "val", g.val_instances, g.val_seeds, tag="gate")
-        best = max(seeds, key=lambda k: (val[f"val.corr.s{k}.hstar"].success, -k))
-        rec = _decide(ctx, val, best, tests)
+        skip, n = ctx.r.gate_instances()
+        val = evaluate_pairs(ctx, _val_pairs(ctx, h_star, seeds), "val", n, ctx.r.gate.val_seeds, tag="gate", skip=skip)
+        rec = _decide(ctx, val, seeds)
+        best = rec.best_seed or 0
         if rec.promoted:
             nxt = f"student-r{ctx.t + 1}"
-            merged, sha = _publish_weights(ctx, corr.adapters[best], nxt) if g.merge else ("", "")
+            merged, sha = _publish_weights(ctx, corr.adapters[best], nxt) if ctx.r.gate.merge else ("", "")
             rec = rec.model_copy(update={"merged_dir": merged, "merged_sha256": sha,
                                          "next_student": f"hosted_vllm/{nxt}"})
             faults.maybe_kill("gate_weights", ctx.store.root)

@@ -67,7 +67,8 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
     c = r.correction
     probes = failing * (math.ceil(math.log2(max(config.limits.max_turns, 2))) + 1)
     seeds = config.lora.seeds
-    gate_n = F * _n(r.gate.val_instances, 20) * r.gate.val_seeds * (1 + seeds) if "corr" in arms else 0
+    gate_n = F * r.gate_instances()[1] * r.gate.val_seeds * (1 + seeds) if "corr" in arms else 0
+    keep_replays = failing * 2 * c.replays if c.keep == "controlled" else 0  # decision + control replays
     reflector_calls = 0 if r.search.reflector == "library" else \
         F * r.search.seeds * math.ceil(r.search.budget_rollouts / max(r.search.minibatch_size, 1))
     plans = [
@@ -76,14 +77,18 @@ def stage_plans(config: RunConfig) -> list[StagePlan]:
         StagePlan(stage="evolve", rollouts={"student": F * r.search.seeds * r.search.budget_rollouts,
                                             "reflector (model calls)": reflector_calls},
                   note="student rollouts <= the search budget (cached evaluations are not repeated)"),
-        StagePlan(stage="evaluate_h_star", rollouts={"student": test, "expert": test}),
-        StagePlan(stage="arm_data", rollouts={"student": student_data + failing * c.n * c.replays, "expert": expert_data,
-                                              "correction_expert": failing * c.n, "locator_expert": probes},
-                  note=f"correction: <= {failing} failing samples x ({c.n} rewrites + {c.n}x{c.replays} replays)"),
+        StagePlan(stage="evaluate_h_star", rollouts={"student": test * (1 + int(r.start_harness != "baseline")),
+                                                     "expert": test}),
+        StagePlan(stage="arm_data", rollouts={"student": student_data + failing * c.n * c.replays + keep_replays,
+                                              "expert": expert_data, "correction_expert": failing * c.n,
+                                              "locator_expert": probes},
+                  note=f"correction: <= {failing} failing samples x ({c.n} rewrites + {c.n}x{c.replays} replays"
+                       + (f" + {c.replays} decision and {c.replays} control replays)" if keep_replays else ")")),
         StagePlan(stage="train", lora_runs=len(arms) * seeds, note=f"{len(arms)} arms x {seeds} training seeds"),
         StagePlan(stage="evaluate_arms", rollouts={"student": test * len(arms) * seeds}),
         StagePlan(stage="attribute", note=f"attributor {config.attribution.attributor if config.attribution else 'heuristic'}"),
-        StagePlan(stage="gate", rollouts={"student": gate_n}, note="val split: M_t + each correction seed"),
+        StagePlan(stage="gate", rollouts={"student": gate_n}, note=f"val split, the {r.gate_instances()[1]} instances "
+                  f"per family after the search's {r.gate_instances()[0]}: M_t + each correction seed"),
         StagePlan(stage="report"),
     ]
     return [p for p in plans if p.stage in r.stages]

@@ -21,6 +21,7 @@ from flows.round import stages as rs
 from flows.round.budget import check_budget, spent_usd
 from flows.round.config import DEFAULT_STAGES, STAGES
 from flows.round.context import RoundContext
+from flows.round.costs import stage_usage
 from flows.round.data import ArmDataRecord, build_arm_data
 from flows.round.gate import GateRecord, gate
 from flows.round.reporting import ReportRecord, build_report
@@ -37,11 +38,13 @@ OUTPUTS: dict[str, list[str]] = {
     "evaluate_pairs": ["trajectories/eval/pairs.*"],
     "evaluate_h0": ["trajectories/eval/M_t.h0", "trajectories/eval/expert.h0"],
     "evolve": ["evolution", "h_star", "trajectories/evolve"],
-    "evaluate_h_star": ["trajectories/eval/M_t.hstar", "trajectories/eval/expert.hstar"],
+    "evaluate_h_star": ["trajectories/eval/M_t.hstar", "trajectories/eval/expert.hstar",
+                        "trajectories/eval/M_t.hstart"],
     "arm_data": ["trajectories/eval/data.*", "trajectories/sets", "trajectories/correction_data", "cache",
                  "datasets/correction_data", "datasets/sets"],
-    "train": ["datasets/imit_h0-*", "datasets/imit-*", "datasets/corr-*", "adapters"],
-    "evaluate_arms": ["trajectories/eval/imit_h0.*", "trajectories/eval/imit.*", "trajectories/eval/corr.*"],
+    "train": ["datasets/imit_h0-*", "datasets/imit-*", "datasets/corr-*", "datasets/self-*", "adapters"],
+    "evaluate_arms": ["trajectories/eval/imit_h0.*", "trajectories/eval/imit.*", "trajectories/eval/corr.*",
+                      "trajectories/eval/self.*"],
     "attribute": ["attributions"],
     "gate": ["trajectories/eval/val.*", "merged"],
     "report": ["reports/report.md"],
@@ -114,9 +117,9 @@ class StageRunner:
             "train": lambda: train_arms(ctx, r["arm_data"]),
             "evaluate_arms": lambda: rs.evaluate_arms(ctx, r["train"], h_star()),
             "attribute": lambda: rs.attribute(ctx, tests()),
-            "gate": lambda: gate(ctx, h_star(), r["train"], tests()),
-            "report": lambda: build_report(ctx, tests(), r.get("evolve"), r.get("attribute"), r.get("gate"), self.log,
-                                           r.get("arm_data")),
+            "gate": lambda: gate(ctx, h_star(), r["train"]),
+            "report": lambda: build_report(ctx, tests(), r.get("evolve"), r.get("attribute"), r.get("gate"),
+                                           stage_usage(ctx.store.root, self.log, OUTPUTS), r.get("arm_data")),
         }
         return bodies[name]
 

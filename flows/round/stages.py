@@ -4,7 +4,8 @@ stores each output record in the round's state.json under its content key, and s
     evaluate_pairs   the `evaluation.pairs` (any roles, adapters, harnesses), test split; only when listed
     evaluate_h0      M_t and the expert on h0, test split
     evolve           h*_t per family: the harness search around M_t from the round's start harness
-    evaluate_h_star  M_t and the expert on h*_t, test split (upward transfer; the trigger scan reads them)
+    evaluate_h_star  M_t and the expert on h*_t, test split (upward transfer; the trigger scan reads them); from round
+                     1 on (start harness h*_{t-1}), also M_t on h*_{t-1}: what this round's search changed
     arm_data         train-split rollouts -> imitation sets under h0 and h*_t, the correction set under h*_t
     train            LoRA per arm x training seed
     evaluate_arms    the adapters (hot-loaded as student@r{t+1}-<arm>-s<seed>) on the test split
@@ -39,8 +40,8 @@ from flows.round.train import TrainRecord
 from flows.store import content_key
 from harness.evolution import SearchConfig
 
-BASE_PAIRS = ("M_t.h0", "expert.h0", "M_t.hstar", "expert.hstar")
-ARM_HARNESS = {"imit_h0": "h0", "imit": "hstar", "corr": "hstar"}
+BASE_PAIRS = ("M_t.h0", "expert.h0", "M_t.hstar", "expert.hstar", "M_t.hstart")
+ARM_HARNESS = {"imit_h0": "h0", "imit": "hstar", "corr": "hstar", "self": "hstar"}
 
 
 class EvalStage(BaseModel):
@@ -54,6 +55,9 @@ def evaluate_base(ctx: RoundContext, which: str, harness: str) -> EvalStage:
     h = "h0" if which == "h0" else "h*"
     pairs = [PairPlan(name=f"M_t.{which}", role=ctx.student(), harness=harness, label=f"M_t {h}"),
              PairPlan(name=f"expert.{which}", role=ctx.expert(), harness=harness, label=f"expert {h}")]
+    if which == "hstar" and ctx.state.start_harness != "baseline":  # round t >= 1: M_t on h*_{t-1} beside h*_t
+        pairs.append(PairPlan(name="M_t.hstart", role=ctx.student(), harness=ctx.state.start_harness,
+                              label="M_t h*_{t-1}"))
     return EvalStage(pairs=evaluate_pairs(ctx, pairs, ev.split, ev.n_instances, ev.seeds))
 
 
@@ -217,7 +221,8 @@ def attribute(ctx: RoundContext, tests: dict[str, EvalRecord]) -> AttributeRecor
     order = list(by_group)
     n_boot = a.bootstrap_samples
     configured = [g for g in order if g.startswith(PAIRS_PREFIX)]  # the first configured pair is their reference
-    shifts = [("M_t.hstar", "imit.hstar"), ("M_t.hstar", "corr.hstar"), ("M_t.h0", "imit_h0.h0"),
+    shifts = [("M_t.hstar", "imit.hstar"), ("M_t.hstar", "corr.hstar"), ("M_t.hstar", "self.hstar"),
+              ("M_t.h0", "imit_h0.h0"),
               *((configured[0], g) for g in configured[1:])]
     sections = []
     if frames and sum(f.height for f in frames):
