@@ -97,26 +97,6 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return math.comb(c, k) / math.comb(n, k)
 
 
-def pass_k_table(frame: pl.DataFrame, group: str = "pair") -> pl.DataFrame:
-    """(group, family, k, pass_k): pass^k averaged over instances, k = 1..trials per instance (min over instances).
-
-    Family `overall` averages over all instances of the group.
-    """
-    _require(frame, group, "family", "instance_id", "passed")
-    per_inst = frame.group_by(group, "family", "instance_id").agg(
-        pl.len().alias("n"), pl.col("passed").cast(pl.Int64).sum().alias("c"))
-    rows: list[dict[str, object]] = []
-    for (g,), sub in per_inst.group_by(group, maintain_order=True):
-        kmax = int(sub["n"].min())
-        scopes = [(f, sub.filter(pl.col("family") == f)) for f in sorted(sub["family"].unique().to_list())]
-        for fam, part in [*scopes, (OVERALL, sub)]:
-            for k in range(1, kmax + 1):
-                vals = [pass_hat_k(int(n), int(c), k) for n, c in zip(part["n"], part["c"], strict=True)]
-                rows.append({group: g, "family": fam, "k": k, "pass_k": sum(vals) / len(vals), "n_instances": len(vals)})
-    schema = {group: pl.String(), "family": pl.String(), "k": pl.Int64(), "pass_k": pl.Float64(), "n_instances": pl.Int64()}
-    return pl.DataFrame(rows, schema=schema)
-
-
 def percentile_interval(draws: list[float], confidence: float = 0.95) -> tuple[float, float]:
     """The percentile bootstrap interval of `draws` (sorted here; the caller's list is sorted in place)."""
     if not draws:
@@ -288,8 +268,3 @@ def cost_latency_table(frame: pl.DataFrame, group: str = "pair") -> pl.DataFrame
         .sort(group)
     )
 
-
-def stop_reason_table(frame: pl.DataFrame, group: str = "pair") -> pl.DataFrame:
-    """Counts of stop reasons per group (a quick check that failures are task failures, not crashes)."""
-    _require(frame, group, "stop_reason")
-    return frame.group_by(group, "stop_reason").agg(pl.len().alias("n")).sort(group, "stop_reason")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from deploy.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -52,12 +53,6 @@ def _env(tmp: Path) -> dict[str, str]:
     for k in ("PREFECT_API_URL", "PREFECT_UI_API_URL"):
         env.pop(k, None)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[Any], timeout: float = 240) -> None:
@@ -127,7 +122,7 @@ def main() -> None:
                                   capture_output=True)
             if done.returncode != 0:
                 raise SystemExit(f"coevo run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         with (tmp / "dashboard.log").open("w") as log:
             proc = subprocess.Popen([*cli, "dashboard", "--port", str(port)], cwd=REPO, env=env, stdout=log,
