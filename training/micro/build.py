@@ -29,6 +29,7 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -385,27 +386,37 @@ def _probe(model: Any, tokenizer: Any, spec: MicroSpec, progress: bool) -> dict[
     return {"points": len(points), "seconds": round(time.perf_counter() - t0, 1), "apply_probability": result}
 
 
-def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progress: bool) -> PretrainReport | None:
-    """Train the copy phase (if any) into `model`; a finished phase is loaded from `work`, not run again."""
+def _resumable_phase(model: Any, work: Path, name: str, run: Callable[[], PretrainReport]) -> PretrainReport:
+    """Train one phase into `model` with `run`, saving the weights as `work/model_after_<name>.pt`; a finished
+    phase (its report and weights in `work`) is loaded instead, not run again."""
     import torch
 
+    done, weights = work / "pretrain_report.json", work / f"model_after_{name}.pt"
+    if done.exists() and weights.exists():
+        model.load_state_dict(torch.load(weights))
+        return PretrainReport.model_validate_json(done.read_text())
+    report = run()
+    torch.save(model.state_dict(), weights)
+    return report
+
+
+def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progress: bool) -> PretrainReport | None:
+    """Train the copy phase (if any) into `model`; a finished phase is loaded from `work`, not run again."""
     from training.micro.curriculum import copy_batches
     from training.pretrain import pretrain
 
     if not spec.copy_phase_steps:
         return None
-    done, weights = work / "pretrain_report.json", work / "model_after_copy_phase.pt"
-    if done.exists() and weights.exists():
-        model.load_state_dict(torch.load(weights))
-        return PretrainReport.model_validate_json(done.read_text())
-    cfg = PretrainConfig(steps=spec.copy_phase_steps, lr=spec.copy_phase_lr, min_lr_ratio=1.0, warmup_steps=50,
-                         seed=spec.seed, threads=spec.train.threads, checkpoint_every=200,
-                         stop_below=spec.copy_phase_stop_loss)
-    batches = copy_batches(tokenizer, spec.copy_phase_steps, spec.copy_phase_batch, spec.copy_phase_len, spec.seed,
-                           spec.reading.records if spec.reading else 0.0)
-    report = pretrain(model, batches, cfg, work, progress=progress)
-    torch.save(model.state_dict(), weights)
-    return report
+
+    def run() -> PretrainReport:
+        cfg = PretrainConfig(steps=spec.copy_phase_steps, lr=spec.copy_phase_lr, min_lr_ratio=1.0, warmup_steps=50,
+                             seed=spec.seed, threads=spec.train.threads, checkpoint_every=200,
+                             stop_below=spec.copy_phase_stop_loss)
+        batches = copy_batches(tokenizer, spec.copy_phase_steps, spec.copy_phase_batch, spec.copy_phase_len,
+                               spec.seed, spec.reading.records if spec.reading else 0.0)
+        return pretrain(model, batches, cfg, work, progress=progress)
+
+    return _resumable_phase(model, work, "copy_phase", run)
 
 
 def _reading_phase(model: Any, spec: MicroSpec, demos: list[Any], pairs: list[Any], work: Path,
@@ -413,23 +424,20 @@ def _reading_phase(model: Any, spec: MicroSpec, demos: list[Any], pairs: list[An
     """The harness-reading recipe's first training phase, after the copy phase: the first
     `reading.phase_pairs` minimal pairs with `reading.phase_demos` demonstrations (seeded sample) shuffled in, so
     the pairs dominate while the circuit that reads the harness forms; a finished phase is loaded, not rerun."""
-    import torch
-
     from training.pretrain import pretrain
 
     if spec.reading is None or not spec.reading.phase_pairs or not pairs:
         return None
-    done, weights = work / "pretrain_report.json", work / "model_after_reading_phase.pt"
-    if done.exists() and weights.exists():
-        model.load_state_dict(torch.load(weights))
-        return PretrainReport.model_validate_json(done.read_text())
-    rng = random.Random(f"reading-phase:{spec.seed}")
-    chosen = rng.sample(demos, min(spec.reading.phase_demos, len(demos)))
-    examples = pairs[:spec.reading.phase_pairs] + chosen
-    cfg = spec.train.model_copy(update={"steps": len(examples), "seed": spec.seed, "weight_anneal_to": 1.0})
-    report = pretrain(model, examples, cfg, work, progress=progress)
-    torch.save(model.state_dict(), weights)
-    return report
+    reading = spec.reading
+
+    def run() -> PretrainReport:
+        rng = random.Random(f"reading-phase:{spec.seed}")
+        chosen = rng.sample(demos, min(reading.phase_demos, len(demos)))
+        examples = pairs[:reading.phase_pairs] + chosen
+        cfg = spec.train.model_copy(update={"steps": len(examples), "seed": spec.seed, "weight_anneal_to": 1.0})
+        return pretrain(model, examples, cfg, work, progress=progress)
+
+    return _resumable_phase(model, work, "reading_phase", run)
 
 
 def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, report: PretrainReport,
