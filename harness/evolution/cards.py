@@ -14,11 +14,14 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.program import Harness, checked_use_pattern
+
+FamilyRecord = TypeVar("FamilyRecord", bound=BaseModel)  # a record with a `family: str` field
 
 CARD_DIR = Path(__file__).resolve().parent / "cards"
 SECTION_PREFIX = "knowledge."
@@ -112,10 +115,17 @@ def load_card(family: str) -> KnowledgeCard | None:
     path = CARD_DIR / f"{family}.yaml"
     if not path.exists():
         return None
+    return read_family_yaml(path, KnowledgeCard, family, "knowledge card")
+
+
+def read_family_yaml(path: Path, model: type[FamilyRecord], family: str, what: str) -> FamilyRecord:
+    """`path` (YAML) validated as `model`, a record with a `family` field that must be `family`. Raises ValueError
+    naming the file on a YAML or field error, or on a family that is not the file's ("<what>": e.g. "knowledge
+    card", whose last word names the record in that message)."""
     try:
-        card = KnowledgeCard.model_validate(yaml.safe_load(path.read_text()))
+        record = model.model_validate(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValidationError) as e:
-        raise ValueError(f"{path}: invalid knowledge card:\n{e}") from None
-    if card.family != family:
-        raise ValueError(f"{path}: card says family '{card.family}', file name says '{family}'")
-    return card
+        raise ValueError(f"{path}: invalid {what}:\n{e}") from None
+    if record.family != family:
+        raise ValueError(f"{path}: {what.split()[-1]} says family '{record.family}', file name says '{family}'")
+    return record

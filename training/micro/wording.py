@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.evolution.cards import read_family_yaml
 
 WORDING_DIR = Path(__file__).resolve().parent / "wording"
 
@@ -46,10 +47,4 @@ def load_bank(family: str) -> WordingBank:
     path = WORDING_DIR / f"{family}.yaml"
     if not path.exists():
         raise ValueError(f"{path}: no wording bank for {family} (the harness-reading recipe needs one per family)")
-    try:
-        bank = WordingBank.model_validate(yaml.safe_load(path.read_text()))
-    except (yaml.YAMLError, ValidationError) as e:
-        raise ValueError(f"{path}: invalid wording bank:\n{e}") from None
-    if bank.family != family:
-        raise ValueError(f"{path}: bank says family '{bank.family}', file name says '{family}'")
-    return bank
+    return read_family_yaml(path, WordingBank, family, "wording bank")
