@@ -34,6 +34,15 @@ def turns_path(path: str | Path) -> Path:
     return path.with_name(path.name.removesuffix(".parquet") + TURNS_SUFFIX)
 
 
+def generated_turn_usage(files: list[Path]) -> pl.LazyFrame:
+    """(trajectory_id, calls, model_s) of the trajectories stored in these files (each with its turn table): how
+    many turns the model generated (those after a replayed prefix) and the sum of their call latencies."""
+    heads = pl.scan_parquet(files).select(pl.col("id").alias("trajectory_id"), pl.col("prefix_turns").fill_null(0))
+    turns = pl.scan_parquet([turns_path(p) for p in files]).select("trajectory_id", "turn", "latency_s")
+    return (turns.join(heads, on="trajectory_id").filter(pl.col("turn") >= pl.col("prefix_turns"))
+            .group_by("trajectory_id").agg(pl.len().alias("calls"), pl.col("latency_s").sum().alias("model_s")))
+
+
 def to_frame(trajectories: Iterable[Trajectory]) -> pl.DataFrame:
     return pl.DataFrame([trajectory_row(t, SCHEMA_VERSION) for t in trajectories], schema=TRAJECTORY_SCHEMA)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from agents.tables.trajectories import turns_path
+from agents.tables.trajectories import generated_turn_usage, turns_path
 
 IDENTITY = ("model_id", "instance_id", "seed", "harness_id", "wall_s")
 
@@ -45,11 +45,8 @@ def _usage(files: list[Path]) -> pl.DataFrame:
               "wall_s": pl.Float64(), "calls": pl.UInt32(), "model_s": pl.Float64()}
     if not files:
         return pl.DataFrame(schema=schema)
-    heads = pl.scan_parquet(files).select(
-        pl.col("id").alias("trajectory_id"), *IDENTITY, pl.col("prefix_turns").fill_null(0))
-    turns = pl.scan_parquet([turns_path(p) for p in files]).select("trajectory_id", "turn", "latency_s")
-    gen = turns.join(heads, on="trajectory_id").filter(pl.col("turn") >= pl.col("prefix_turns"))
-    per = gen.group_by("trajectory_id").agg(pl.len().alias("calls"), pl.col("latency_s").sum().alias("model_s"))
+    heads = pl.scan_parquet(files).select(pl.col("id").alias("trajectory_id"), *IDENTITY)
+    per = generated_turn_usage(files)
     return (heads.join(per, on="trajectory_id", how="left").select(*IDENTITY, pl.col("calls").fill_null(0),
                                                                     pl.col("model_s").fill_null(0.0))
             .collect().cast(schema))  # type: ignore[arg-type]

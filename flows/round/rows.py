@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from agents.tables.trajectories import turns_path
+from agents.tables.trajectories import generated_turn_usage, turns_path
 from flows.round.eval import EvalRecord
 from flows.round.stages import grouped
 from flows.store import RunStore
@@ -40,11 +40,7 @@ def model_seconds(paths: list[Path]) -> pl.DataFrame:
     heads = [p for p in paths if turns_path(p).exists()]
     if not heads:
         return pl.DataFrame(schema={"id": pl.String(), "model_s": pl.Float64()})
-    turns = pl.scan_parquet([turns_path(p) for p in heads]).select("trajectory_id", "turn", "latency_s")
-    first = pl.scan_parquet(heads).select(pl.col("id").alias("trajectory_id"), "prefix_turns")
-    return (turns.join(first, on="trajectory_id").filter(pl.col("turn") >= pl.col("prefix_turns"))
-            .group_by("trajectory_id").agg(pl.col("latency_s").sum().alias("model_s"))
-            .rename({"trajectory_id": "id"}).collect())
+    return generated_turn_usage(heads).select(pl.col("trajectory_id").alias("id"), "model_s").collect()
 
 
 def _digests(frame: pl.DataFrame) -> pl.DataFrame:
