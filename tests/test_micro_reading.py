@@ -64,6 +64,38 @@ def _demo(family: str, knows: frozenset[str], index: int = 1000):
     return asyncio.run(episode(family, index, baseline(family), knows, 0, "test", options)), options
 
 
+def _first_sql_or_command(traj) -> str:
+    args = [json.loads(c["function"]["arguments"]) for m in traj.messages for c in m.get("tool_calls") or []]
+    return next(a.get("sql") or a["command"] for a in args if "sql" in a or "command" in a)
+
+
+@pytest.mark.parametrize("index", [1000, 1001])  # easy, hard
+def test_anomaly_flag_program_opens_with_the_decision_and_reports_only_what_the_item_allows(index: int) -> None:
+    """M1's anomaly_detection program: the query's first line is the flag the item decides; applied, the report
+    passes (both difficulties); missed, the readings planted at a bound are reported and the report fails."""
+    flag = {"program": "flag"}
+    known = asyncio.run(episode("anomaly_detection", index, baseline("anomaly_detection"),
+                                frozenset({"bounds_are_normal"}), 0, "test", flag))
+    missed = asyncio.run(episode("anomaly_detection", index, baseline("anomaly_detection"), frozenset(), 0, "test",
+                                 flag))
+    assert _first_sql_or_command(known).startswith("WITH k(bounds_normal) AS (VALUES (1)), ")
+    assert _first_sql_or_command(missed).startswith("WITH k(bounds_normal) AS (VALUES (0)), ")
+    flipped = _first_sql_or_command(known).replace("(VALUES (1))", "(VALUES (0))", 1)
+    assert flipped == _first_sql_or_command(missed)  # the flag is the only difference
+    assert known.verdict.score == 1.0 and missed.verdict.score < 1.0, (known.verdict, missed.verdict)
+
+
+def test_code_refactor_flag_program_opens_with_the_decision() -> None:
+    index = next(i for i in range(1000, 1040) if "Rename" in tasks.get("code_refactor").generate(i).instruction)
+    flag = {"program": "flag"}
+    known = asyncio.run(episode("code_refactor", index, baseline("code_refactor"),
+                                frozenset({"update_every_reference"}), 0, "test", flag))
+    missed = asyncio.run(episode("code_refactor", index, baseline("code_refactor"), frozenset(), 0, "test", flag))
+    assert _first_sql_or_command(known).startswith("tests=1; grep -rnw $([ $tests = 1 ] || echo --exclude-dir")
+    assert _first_sql_or_command(known).replace("tests=1;", "tests=0;", 1) == _first_sql_or_command(missed)
+    assert known.verdict.score == 1.0 and missed.verdict.score < 1.0, (known.verdict, missed.verdict)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decision_points_are_the_turns_where_the_item_changes_the_action(family: str) -> None:
     items = sorted(M1_MISS[family])
@@ -128,8 +160,17 @@ SPEC = m1_spec().model_copy(update={
     "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 2,
     "num_key_value_heads": 2, "copy_examples": 1, "copy_tokens": 64, "copy_phase_steps": 2, "copy_phase_batch": 2,
     "copy_phase_len": 32, "copy_phase_stop_loss": None,
-    "reading": ReadingSpec(pairs=3, phase_pairs=2, phase_demos=1, probe_instances=1),
+    "reading": ReadingSpec(pairs=3, phase_pairs=2, phase_demos=1, probe_instances=1,
+                           blocks=("payroll_audit:2", "mixed:3")),
     "train": PretrainConfig(steps=6, threads=1, checkpoint_every=3)})
+
+
+def test_reading_blocks_are_validated_with_the_offending_block_named() -> None:
+    with pytest.raises(ValueError, match="reading block 'payroll:5'"):
+        ReadingSpec(blocks=("payroll:5",))
+    with pytest.raises(ValueError, match="reading block 'mixed'"):
+        ReadingSpec(blocks=("mixed",))
+    assert ReadingSpec(blocks=("mixed:4", "code_refactor:2")).parsed_blocks() == [("mixed", 4), ("code_refactor", 2)]
 
 
 def test_m1_build_at_test_scale_is_deterministic_and_probes_its_harness_dependence(tmp_path: Path) -> None:
@@ -141,6 +182,10 @@ def test_m1_build_at_test_scale_is_deterministic_and_probes_its_harness_dependen
     assert record["spec"]["reading"]["pairs"] == 3 and record["training"]["steps"] == 6
     assert record["reading_phase"]["steps"] == 3  # 2 pairs + 1 demonstration, before the main phase
     assert record["demonstrations"]["by_family"]["anomaly_detection"]["n"] == 4  # 2 + 2 fresh-sensor-id copies
+    blocks = record["reading_blocks"]  # after the main phase, each probed
+    assert [(b["block"], b["pairs"]) for b in blocks] == [("payroll_audit:2", 2), ("mixed:3", 2)]
+    assert all(set(b["probe"]["apply_probability"]) == set(spec.families) for b in blocks)
+    assert blocks[-1]["probe"]["apply_probability"] == record["probe"]["apply_probability"]  # the last block's
     probe = record["probe"]["apply_probability"]
     assert set(probe) == set(spec.families) and record["probe"]["points"] == 2
     for family, p in probe.items():
@@ -149,3 +194,13 @@ def test_m1_build_at_test_scale_is_deterministic_and_probes_its_harness_dependen
     assert sorted(x.stem for x in (a / "harness_hK").glob("*.yaml")) == sorted(spec.families)
     assert named_harness("payroll_audit").id == type(named_harness("payroll_audit")).load(
         a / "harness_hK" / "payroll_audit.yaml").id
+
+
+def test_committed_m1_is_the_recipe_in_the_code_and_its_recorded_bits() -> None:
+    """deploy/micro1 was built by `m1_spec` (seed 0) as it stands, and its weights are the recorded ones."""
+    root = Path(__file__).resolve().parents[1] / "deploy" / "micro1"
+    assert MicroSpec.model_validate_json((root / "micro_model_spec.json").read_text()) == m1_spec()
+    record = json.loads((root / BUILD_RECORD).read_text())
+    assert weights_digest(root) == record["weights_sha256"]
+    assert record["weights_sha256"] in (root / "README.md").read_text()
+    assert sorted(x.stem for x in (root / "harness_hK").glob("*.yaml")) == sorted(m1_spec().families)

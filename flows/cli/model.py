@@ -61,7 +61,8 @@ def model_micro(
     threads: Annotated[int, typer.Option(min=1, help="torch threads (part of determinism: keep it fixed).")] = _MICRO.train.threads,
     anomaly_program: Annotated[Optional[str], typer.Option(
         help="anomaly_detection's demonstration program: 'paste' (the parameter file pasted into the query; every "
-             "committed M0) or 'values' (each range copied into a VALUES row; M1). Default: "
+             "committed M0), 'values' (each range copied into a VALUES row) or 'flag' (the values program after a "
+             "first line that is the decision; M1). Default: "
              f"{_DEFAULT}.")] = None,
     sku_copies: Annotated[int, typer.Option(
         min=0, help="Copies of each website_admin demonstration with a fresh random SKU (0 in every committed "

@@ -8,7 +8,9 @@ for short copies: each range, override and maintenance window of the parameter f
 or kind, then its two numbers or timestamps, in the file's order), and the window bounds from the
 instruction. `program="paste"` (the default; every committed M0 was trained on it): 1. `bucket_get`,
 2. `describe_tables`, 3. the parameter file pasted verbatim as a string literal, read with SQLite's JSON
-functions. Either query computes the whole report as one CSV text cell; 4. `bucket_put` that cell verbatim
+functions. `program="flag"` (M1): the "values" program opening with its decision,
+`WITH k(bounds_normal) AS (VALUES (1))` (0 when the item is missed), read by the query's last part. Each query
+computes the whole report as one CSV text cell; 4. `bucket_put` that cell verbatim
 (a contiguous copy of the query result). It never reads the ground truth.
 
 `knows` names the knowledge items (harness/evolution/cards/anomaly_detection.yaml) the policy applies; the
@@ -62,12 +64,21 @@ _HARD_VALUES = ("WITH d(kind, lo, hi) AS (VALUES {defaults}), o(sid, lo, hi) AS 
                 "coalesce(o.hi, d.hi) AS hi FROM readings r JOIN sensors s ON s.sensor_pk = r.sensor_pk "
                 "JOIN d ON d.kind = s.kind LEFT JOIN o ON o.sid = s.sensor_id "
                 "WHERE NOT EXISTS (SELECT 1 FROM m WHERE m.sid = s.sensor_id AND r.ts >= m.t0 AND r.ts < m.t1)), ")
-PROGRAMS = ("paste", "values")  # "paste": the program every committed M0 was trained on
+# The "flag" program (M1, 2026-12-06): the "values" program whose first line is the decision, a named flag
+# (`WITH k(bounds_normal) AS (VALUES (1))`), as payroll_audit's `deduct_break = True` is; the tail reads the flag
+# instead of writing `<` or `<=` 200-odd tokens into the query, after the copied rows (docs/students.md, M1).
+_FLAG = "WITH k(bounds_normal) AS (VALUES ({flag})), "
+PROGRAMS = ("paste", "values", "flag")  # "paste": the program every committed M0 was trained on
 ALL_KNOWN = frozenset({"bounds_are_normal"})
 _TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM rs WHERE ts >= '{start}' AND ts < '{end}' "
          "AND (value {lo_op} lo OR value {hi_op} hi) ORDER BY sid, ts) "
          "SELECT 'sensor_id,timestamp,value' || char(10) || group_concat(sid || ',' || ts || ',' || value, char(10)) "
          "|| char(10) AS report, count(*) AS anomalies FROM a")
+_FLAG_TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM rs, k WHERE ts >= '{start}' AND ts < '{end}' "
+              "AND (value < lo OR value > hi OR (k.bounds_normal = 0 AND (value = lo OR value = hi))) "
+              "ORDER BY sid, ts) "
+              "SELECT 'sensor_id,timestamp,value' || char(10) || group_concat(sid || ',' || ts || ',' || value, "
+              "char(10)) || char(10) AS report, count(*) AS anomalies FROM a")
 
 
 def applies(instance: TaskInstance) -> bool:
@@ -80,6 +91,10 @@ def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal
     tail = _TAIL.format(start=start, end=end, lo_op=lo_op, hi_op=hi_op)
     if program not in PROGRAMS:
         raise ValueError(f"unknown anomaly_detection program {program!r} ({', '.join(PROGRAMS)})")
+    if program == "flag":
+        head = _values_head(json.loads(params_text), hard).removeprefix("WITH ")
+        return (_FLAG.format(flag=int(bounds_normal)) + head
+                + _FLAG_TAIL.format(start=start, end=end))
     if program == "paste":
         return (_HARD if hard else _EASY).format(params=params_text.replace("'", "''")) + tail
     return _values_head(json.loads(params_text), hard) + tail
@@ -123,7 +138,7 @@ def _report_cell(result: str) -> str | None:
 
 def next_action(env: AnomalyDetectionEnv, history: Sequence[Step],
                 knows: frozenset[str] = ALL_KNOWN, program: str = "paste") -> ToolCall | FinalAnswer:
-    if program == "values" and _last_result(history, "describe_tables") is None:
+    if program in ("values", "flag") and _last_result(history, "describe_tables") is None:
         return ToolCall(name="describe_tables", arguments={})
     params = _last_result(history, "bucket_get")
     if params is None:

@@ -3,7 +3,8 @@ pure oracle in oracle.py is unchanged and stays the reference).
 
 The whole refactoring is one shell program, the same text for every rename instance except the two names it
 copies from the instruction: find the old name (word-bounded) in the workspace's Python files, rewrite it
-with sed, then run the tests. Other refactoring kinds have no show-your-work policy here (`applies` is
+with sed, then run the tests (`program="flag"`, M1: each search opens with `tests=1; ` or `tests=0; `, the
+decision, and leaves tests/ out under 0). Other refactoring kinds have no show-your-work policy here (`applies` is
 False): their demonstrations come from the `flawed/code_refactor@native` policy.
 
 `knows` names the knowledge items (harness/evolution/cards/code_refactor.yaml) the policy applies; the caller
@@ -40,33 +41,51 @@ ALL_KNOWN = frozenset({"update_every_reference", "run_tests_before_finishing"})
 _TESTS = TEST_COMMAND + " 2>&1 | tail -n 3"
 
 
-def _commands(old: str, new: str, scope: str = ".") -> list[str]:
+PROGRAMS = ("grep", "flag")  # "grep": the program every committed M0 was trained on
+# The "flag" program (M1, 2026-12-06): every search-and-rename command opens with the decision, a flag named for
+# what the item is about (`tests=1` searches the tests too, `tests=0` leaves tests/ out), as payroll_audit's
+# `deduct_break = True` does; the rest of the command is the same text either way, so the choice is one token
+# near the turn's start and never a package name to copy.
+_FLAGGED = "tests={flag}; grep -r{opts} $([ $tests = 1 ] || echo --exclude-dir=tests) --include='*.py' '{name}' ."
+
+
+def _commands(old: str, new: str, scope: str = ".", program: str = "grep") -> list[str]:
+    """The rename's commands: search, rename (and list), test. "grep" searches `scope`; "flag" searches the whole
+    repository, leaving tests/ out unless the flag says tests (any scope but "." leaves them out)."""
+    if program not in PROGRAMS:
+        raise ValueError(f"unknown code_refactor program {program!r} ({', '.join(PROGRAMS)})")
+    if program == "flag":
+        flag = int(scope == ".")
+        return [_FLAGGED.format(flag=flag, opts="nw", name=old),
+                _FLAGGED.format(flag=flag, opts="lw", name=old) + f" | xargs sed -i 's/\\b{old}\\b/{new}/g' && "
+                f"grep -rnw --include='*.py' '{new}' .",
+                _TESTS]
     return [f"grep -rnw --include='*.py' '{old}' {scope}",
             f"grep -rlw --include='*.py' '{old}' {scope} | xargs sed -i 's/\\b{old}\\b/{new}/g' && "
             f"grep -rnw --include='*.py' '{new}' {scope}",
             _TESTS]
 
 
-def _plan(m: re.Match[str], knows: frozenset[str]) -> list[str]:
+def _plan(m: re.Match[str], knows: frozenset[str], program: str) -> list[str]:
     old, new, path = m["old"], m["new"], m["path"]
     if "update_every_reference" in knows:
-        return _commands(old, new)
-    return _commands(old, new, path.split("/")[0] + "/")
+        return _commands(old, new, program=program)
+    return _commands(old, new, path.split("/")[0] + "/", program)
 
 
 def next_action(env: CodeRefactorEnv, history: Sequence[Step],
-                knows: frozenset[str] = ALL_KNOWN) -> ToolCall | FinalAnswer:
+                knows: frozenset[str] = ALL_KNOWN, program: str = "grep") -> ToolCall | FinalAnswer:
     m = _RENAME.search(env.instance.instruction)
     if m is None:
         return FinalAnswer(text="This request is not a rename; no change made.")
     shell = [s for s in history if s.call.name == "shell" and isinstance(s.call.arguments, dict)]
     done = [s.call.arguments.get("command") for s in shell]
-    for command in _plan(m, knows):
+    for command in _plan(m, knows, program):
         if command not in done:
             return ToolCall(name="shell", arguments={"command": command})
     failed = "OK" not in shell[-1].result.content.split()
     if failed and "run_tests_before_finishing" in knows and done.count(_TESTS) < 2:
-        for command in _commands(m["old"], m["new"])[1:]:  # the whole-repository rename, then the tests again
+        for command in _commands(m["old"], m["new"], program=program)[1:]:  # the whole-repository rename, then the tests again
             if done.count(command) < (2 if command == _TESTS else 1):
                 return ToolCall(name="shell", arguments={"command": command})
     return FinalAnswer(text=f"Renamed `{m['old']}` to `{m['new']}` in every file; the tests pass.")

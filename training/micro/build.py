@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from training.micro.mixture import write_named_harnesses
-from training.micro.reading import ReadingSpec
+from training.micro.reading import ReadingSpec, options as reading_options
 from training.micro.vocab import SPECIAL_TOKENS, TEMPLATE_PATH, TOOL_TOKENS
 from training.pretrain import PretrainConfig, PretrainReport
 
@@ -61,9 +61,13 @@ class MicroSpec(BaseModel):
         default=("code_refactor", "payroll_audit", "website_admin"),
         description="families demonstrated only on instances a show-your-work policy covers (code_refactor: "
                     "renames; payroll_audit: easy instances; website_admin: price_of, set_price, disable_product)")
-    anomaly_program: Literal["paste", "values"] = Field(
+    anomaly_program: Literal["paste", "values", "flag"] = Field(
         default="paste", description="anomaly_detection's show-your-work program (tasks/anomaly_detection/"
-                                     "show_work.py): the parameter file pasted, or each range as a VALUES row")
+                                     "show_work.py): the parameter file pasted, each range as a VALUES row, or "
+                                     "the VALUES rows after a first line that is the decision (flag)")
+    refactor_program: Literal["grep", "flag"] = Field(
+        default="grep", description="code_refactor's rename program (tasks/code_refactor/show_work.py): the scope "
+                                    "after the old name (grep) or a first-word flag `tests=1|0` (flag)")
     show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
                                                       "(training/micro/policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
@@ -98,20 +102,27 @@ class MicroSpec(BaseModel):
     reading: ReadingSpec | None = Field(
         default=None, description="the harness-reading recipe (M1, training/micro/reading.py); None: M0's mixture")
 
+    def programs(self) -> dict[str, str]:
+        """family -> its show-your-work program (the policies' `program` option)."""
+        return {"anomaly_detection": self.anomaly_program, "code_refactor": self.refactor_program}
+
 
 def m1_spec() -> MicroSpec:
     """M1, the student that reads its harness (docs/students.md): the harness-reading recipe
-    (training/micro/reading.py) on a wider model (4 layers x 4 heads of 64, hidden 256)."""
+    (training/micro/reading.py) on a wider model (4 layers x 4 heads of 64, hidden 256), the decision programs
+    (each family's harness-dependent choice is a named flag near its turn's start), and reading blocks."""
     return MicroSpec(
         demos_per_family=250, demo_weights={"code_refactor": 1.0, "anomaly_detection": 1.2, "payroll_audit": 0.8},
-        show_work_only=("code_refactor", "payroll_audit"), anomaly_program="values", rename_copies=1,
-        copy_examples=300, copy_phase_stop_loss=0.1, hidden_size=256, intermediate_size=512,
+        show_work_only=("code_refactor", "payroll_audit"), anomaly_program="flag", refactor_program="flag",
+        rename_copies=1, copy_examples=300, copy_phase_stop_loss=0.1, hidden_size=256, intermediate_size=512,
         num_attention_heads=4, num_key_value_heads=4,
-        # after the copy phase, the reading phase: 960 minimal pairs (320 per family) with 240 demonstrations; then
-        # one epoch of 1,300 demonstrations (250 renames + 250 fresh-name copies, 300 anomaly_detection + 300
-        # fresh-id copies, 200 payroll_audit), 300 copy sequences and the other 150 pairs
+        # after the copy phase, one epoch of 1,300 demonstrations (250 renames + 250 fresh-name copies, 300
+        # anomaly_detection + 300 fresh-id copies, 200 payroll_audit), 300 copy sequences and 150 minimal pairs;
+        # then the reading blocks: one family's pairs densely (75% of a block's steps), each family in turn, then
+        # every family's (a block alone is forgotten under the next: docs/students.md, pilot 7)
         train=PretrainConfig(steps=1750, warmup_steps=100, checkpoint_every=100, weight_anneal_to=0.5),
-        reading=ReadingSpec(pairs=1110, phase_pairs=960, phase_demos=240))
+        reading=ReadingSpec(pairs=150, blocks=("code_refactor:300", "anomaly_detection:400", "payroll_audit:300",
+                                               "mixed:600")))
 
 
 RECIPES = {"m0": MicroSpec, "m1": m1_spec}  # name -> the spec `coevo model micro --recipe NAME` starts from
@@ -149,7 +160,7 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
         fam = tasks.get(family)
         inst = fam.generate(index)
         show = spec.show_work and has_policy(inst)
-        options = {"program": spec.anomaly_program} if family == "anomaly_detection" else {}
+        options = reading_options(family, spec.programs())
         model = ShowWorkClient(family, options) if show else ModelRole(model=f"flawed/{family}@{spec.profile}")
         async with sem:
             env = fam.make_env(inst)
@@ -340,7 +351,7 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     if spec.reading:
         from training.micro.reading import pair_batches
 
-        pairs_batches = pair_batches(demos, tokenizer, spec.reading, spec.seed, spec.anomaly_program, progress)
+        pairs_batches = pair_batches(demos, tokenizer, spec.reading, spec.seed, spec.programs(), progress)
     figures = _figures(pairs, built, time.perf_counter() - t0)
     model = init_model(spec, tokenizer)
     cfg = spec.train.model_copy(update={"seed": spec.seed})
@@ -351,12 +362,14 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
                              progress)
     n_first = spec.reading.phase_pairs if spec.reading else 0
     report = pretrain(model, examples + pairs_batches[n_first:], cfg, work, progress=progress)
-    probe = _probe(model, tokenizer, spec, progress)
+    points = _probe_points(spec, progress)
+    blocks = _reading_blocks(model, tokenizer, spec, demos, examples[:len(built.examples)], points, work, progress)
+    probe = _probe(model, tokenizer, points)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))
     write_named_harnesses(out / HARNESS_DIR, spec.families)
-    _write_record(out, spec, model, figures, report, time.perf_counter() - t0, phase, probe, reading)
+    _write_record(out, spec, model, figures, report, time.perf_counter() - t0, phase, probe, reading, blocks)
     return out
 
 
@@ -368,22 +381,60 @@ def _all_demonstrations(spec: MicroSpec, progress: bool) -> list[tuple[str, Any,
     from training.micro.reading import demonstrations as reading_demonstrations
 
     indices = {f: _indices(spec, f) for f in spec.families}
-    return reading_demonstrations(spec.families, indices, spec.reading, spec.seed, spec.anomaly_program,
+    return reading_demonstrations(spec.families, indices, spec.reading, spec.seed, spec.programs(),
                                   spec.rename_copies, progress)
 
 
-def _probe(model: Any, tokenizer: Any, spec: MicroSpec, progress: bool) -> dict[str, Any] | None:
-    """The harness-dependence probe on validation instances (the harness-reading recipe only)."""
+def _probe_points(spec: MicroSpec, progress: bool) -> list[Any]:
+    """The harness-dependence probe's decision points (validation instances; the harness-reading recipe only)."""
     if spec.reading is None:
+        return []
+    from training.micro.reading import probe_points
+
+    return probe_points(spec.families, spec.reading, spec.programs(), progress)
+
+
+def _probe(model: Any, tokenizer: Any, points: list[Any]) -> dict[str, Any] | None:
+    """The harness-dependence probe: P(applied action) under h0 and hK per family (None without points)."""
+    if not points:
         return None
     from harness.baseline import baseline
     from training.micro.mixture import named_harness
-    from training.micro.reading import probe, probe_points
+    from training.micro.reading import probe
 
     t0 = time.perf_counter()
-    points = probe_points(spec.families, spec.reading, spec.anomaly_program, progress)
     result = probe(model, tokenizer, points, {"h0": baseline, "hK": named_harness})
     return {"points": len(points), "seconds": round(time.perf_counter() - t0, 1), "apply_probability": result}
+
+
+def _reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, demos: list[Any], demo_examples: list[Any],
+                    points: list[Any], work: Path, progress: bool) -> list[dict[str, Any]]:
+    """The reading blocks (`reading.blocks`), after the main phase, in order: each a share `block_pairs` of one
+    family's minimal pairs (every family's for 'mixed') and the rest demonstrations (seeded), trained at
+    `block_lr`; the probe after each. A finished block is loaded from `work/block_<i>`, not run again."""
+    from training.micro.reading import pair_batches
+    from training.pretrain import pretrain
+
+    if spec.reading is None or not spec.reading.blocks:
+        return []
+    reading, out = spec.reading, []
+    for i, (name, steps) in enumerate(reading.parsed_blocks()):
+        n_pairs = max(1, round(steps * reading.block_pairs))
+        seed = spec.seed * 1000 + i
+
+        def run(name: str = name, steps: int = steps, n_pairs: int = n_pairs, seed: int = seed) -> PretrainReport:
+            rng = random.Random(f"reading-block:{seed}")
+            pairs = pair_batches(demos, tokenizer, reading, seed, spec.programs(), progress,
+                                 family=None if name == "mixed" else name, n=n_pairs)
+            examples = pairs + rng.sample(demo_examples, min(steps - len(pairs), len(demo_examples)))
+            cfg = PretrainConfig(steps=len(examples), lr=reading.block_lr, min_lr_ratio=0.5, warmup_steps=20,
+                                 seed=seed, threads=spec.train.threads, checkpoint_every=100)
+            return pretrain(model, examples, cfg, work / f"block_{i}", progress=progress)
+
+        report = _resumable_phase(model, work / f"block_{i}", "block", run)
+        out.append({"block": f"{name}:{steps}", "pairs": n_pairs, "first_loss": report.first_loss,
+                    "last_loss": report.last_loss, "wall_s": report.wall_s, "probe": _probe(model, tokenizer, points)})
+    return out
 
 
 def _resumable_phase(model: Any, work: Path, name: str, run: Callable[[], PretrainReport]) -> PretrainReport:
@@ -442,7 +493,7 @@ def _reading_phase(model: Any, spec: MicroSpec, demos: list[Any], pairs: list[An
 
 def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, report: PretrainReport,
                   seconds: float, phase: PretrainReport | None, probe: dict[str, Any] | None = None,
-                  reading: PretrainReport | None = None) -> None:
+                  reading: PretrainReport | None = None, blocks: list[dict[str, Any]] | None = None) -> None:
     record = {"spec": spec.model_dump(mode="json"), "parameters": sum(p.numel() for p in model.parameters()),
               "weights_sha256": weights_digest(out), "demonstrations": figures.model_dump(),
               "copy_phase": phase.model_dump(exclude={"losses"}) if phase else None,
@@ -455,6 +506,8 @@ def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, 
     if reading is not None:
         record["reading_phase"] = reading.model_dump(exclude={"losses"})
         record["reading_phase_loss_every_50_steps"] = reading.losses[::50]
+    if blocks:
+        record["reading_blocks"] = blocks
     (out / BUILD_RECORD).write_text(json.dumps(record, indent=1))
 
 

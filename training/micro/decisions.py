@@ -3,8 +3,9 @@
 A decision point is an assistant turn of a demonstration whose action depends on one knowledge item: the
 family's show-your-work policy (tasks/<family>/show_work.py) does one thing when it applies the item and another
 when it misses it (payroll_audit: the program's first line `deduct_break = True|False`; code_refactor: the
-rename's scope `.` or the package directory, and after a failing test run the recovery or the end;
-anomaly_detection: `<`/`>` or `<=`/`>=` in the report query). `decision_points` finds them by asking the policy
+rename's scope `.` or the package directory, or M1's first-word flag `tests=1|0`, and after a failing test run
+the recovery or the end; anomaly_detection: `<`/`>` or `<=`/`>=` in the report query, or M1's first-line flag
+`WITH k(bounds_normal) AS (VALUES (1|0))`). `decision_points` finds them by asking the policy
 for both actions on the demonstration's own history (the policies decide from the instance and the history
 only), so nothing here knows a family's program text.
 

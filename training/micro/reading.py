@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # family -> item -> probability that the policy misses the item when the harness does not state it. Lower
 # than M0's 0.8 where a family's h0 success would otherwise sit near 0 (docs/students.md).
@@ -52,6 +52,27 @@ class ReadingSpec(BaseModel):
     decision_weight: float = Field(default=8.0, ge=1, description="loss weight of a decision's differing tokens")
     records: float = Field(default=0.3, ge=0, le=1, description="share of record-row segments in copy sequences")
     probe_instances: int = Field(default=10, ge=1, description="validation instances per family the probe reads")
+    blocks: tuple[str, ...] = Field(
+        default=(), description="reading blocks trained after the main phase, in order: 'FAMILY:STEPS' (a share "
+                                "`block_pairs` of the steps are that family's minimal pairs, the rest "
+                                "demonstrations of every family) or 'mixed:STEPS' (every family's pairs)")
+    block_pairs: float = Field(default=0.75, gt=0, le=1, description="share of a block's steps that are pairs")
+    block_lr: float = Field(default=1e-3, gt=0, description="peak learning rate of each block (20-step warmup, "
+                                                            "cosine to half)")
+
+    @field_validator("blocks")
+    @classmethod
+    def _blocks(cls, blocks: tuple[str, ...]) -> tuple[str, ...]:
+        for block in blocks:
+            name, _, steps = block.partition(":")
+            if name not in (*PROBE_ITEM, "mixed") or not steps.isdigit() or int(steps) < 1:
+                raise ValueError(f"reading block {block!r}: write FAMILY:STEPS or mixed:STEPS "
+                                 f"(families: {', '.join(PROBE_ITEM)})")
+        return blocks
+
+    def parsed_blocks(self) -> list[tuple[str, int]]:
+        """(family or 'mixed', steps) of each block."""
+        return [(name, int(steps)) for name, _, steps in (b.partition(":") for b in self.blocks)]
 
 
 def augmentable(trajectory: Any) -> tuple[list[str], Any] | None:
@@ -98,8 +119,9 @@ async def episode(family: str, index: int, harness: Any, knows: frozenset[str], 
         client.close()
 
 
-def options(family: str, anomaly_program: str) -> dict[str, Any]:
-    return {"program": anomaly_program} if family == "anomaly_detection" else {}
+def options(family: str, programs: Mapping[str, str]) -> dict[str, Any]:
+    """The family's show-your-work options: `programs` is family -> program (MicroSpec.programs())."""
+    return {"program": programs[family]} if family in programs else {}
 
 
 def draw_knows(family: str, stated: frozenset[str], spec: ReadingSpec, rng: random.Random) -> frozenset[str]:
@@ -134,7 +156,7 @@ def run_all(jobs: list[Any], concurrency: int = 4, desc: str = "", progress: boo
 
 
 def demonstrations(families: Sequence[str], indices: dict[str, list[int]], spec: ReadingSpec, seed: int,
-                   anomaly_program: str, rename_copies: int = 1,
+                   programs: Mapping[str, str], rename_copies: int = 1,
                    progress: bool = True) -> list[tuple[str, Any, frozenset[str]]]:
     """(label, Trajectory, applied items) of every demonstration, each under its own generated harness, in a
     fixed order (seeded), then the fresh-name and fresh-id copies (their applied items are the original's)."""
@@ -150,7 +172,7 @@ def demonstrations(families: Sequence[str], indices: dict[str, list[int]], spec:
             knows = draw_knows(family, stated, spec, rng)
             applied.append(knows)
             jobs.append(episode(family, index, harness, knows, seed * 1_000_003 + index,
-                                "micro-demo:showwork:gen", options(family, anomaly_program)))
+                                "micro-demo:showwork:gen", options(family, programs)))
     trajs = run_all(jobs, desc="micro demonstrations", progress=progress)
     out = [("gen", t, k) for t, k in zip(trajs, applied)]
     copies_rng = random.Random(f"rename:{seed}")
@@ -178,39 +200,40 @@ def _fresh_point(point: Any, trajectory: Any, rng: random.Random) -> Any:
 
 
 def pair_batches(demos: Sequence[tuple[str, Any, frozenset[str]]], tokenizer: Any, spec: ReadingSpec, seed: int,
-                 anomaly_program: str, progress: bool = True) -> list[Any]:
-    """`spec.pairs` minimal-pair batches over the decision points of the original demonstrations (the points
-    visited in seeded shuffled rounds); the pool values of each pair are replaced by fresh ones."""
+                 programs: Mapping[str, str], progress: bool = True, family: str | None = None,
+                 n: int | None = None) -> list[Any]:
+    """`n` (default `spec.pairs`) minimal-pair batches over the decision points of the original demonstrations
+    (of `family` only, when given; the points visited in seeded shuffled rounds); the pool values of each pair
+    are replaced by fresh ones."""
     from tqdm import tqdm
 
     from training.micro.decisions import decision_points, pair_batch
     from training.micro.prompts import minimal_pair
 
-    points = []
+    points, n = [], spec.pairs if n is None else n
     for _, traj, knows in demos:
-        if traj.tag.endswith((":renamed", ":reid")):
+        if traj.tag.endswith((":renamed", ":reid")) or family not in (None, traj.instance.family):
             continue
-        family = traj.instance.family
-        items = sorted(spec.miss.get(family, {}))
-        points += [(p, traj, knows) for p in decision_points(traj, knows, items, options(family, anomaly_program))]
-    if not points or not spec.pairs:
+        fam = traj.instance.family
+        items = sorted(spec.miss.get(fam, {}))
+        points += [(p, traj, knows) for p in decision_points(traj, knows, items, options(fam, programs))]
+    if not points or not n:
         return []
-    rng = random.Random(f"pairs:{seed}")
+    rng = random.Random(f"pairs:{seed}" if family is None else f"pairs:{seed}:{family}")
     plan: list[Any] = []
-    while len(plan) < spec.pairs:
+    while len(plan) < n:
         plan += rng.sample(points, len(points))
     out = []
-    for point, traj, knows in tqdm(plan[:spec.pairs], desc="minimal pairs", unit="pair", disable=not progress,
+    for point, traj, knows in tqdm(plan[:n], desc="minimal pairs", unit="pair", disable=not progress,
                                    dynamic_ncols=True):
-        family = point.family
-        forced = {k: False for k in spec.miss[family] if k != point.item and k not in knows}
-        stating, not_stating = minimal_pair(family, point.item, rng, forced=forced, p_card=spec.p_card)
+        forced = {k: False for k in spec.miss[point.family] if k != point.item and k not in knows}
+        stating, not_stating = minimal_pair(point.family, point.item, rng, forced=forced, p_card=spec.p_card)
         out.append(pair_batch(tokenizer, _fresh_point(point, traj, rng), stating, not_stating,
-                              spec.miss[family][point.item], spec.decision_weight, tokenizer.pad_token_id))
+                              spec.miss[point.family][point.item], spec.decision_weight, tokenizer.pad_token_id))
     return out
 
 
-def probe_points(families: Sequence[str], spec: ReadingSpec, anomaly_program: str,
+def probe_points(families: Sequence[str], spec: ReadingSpec, programs: Mapping[str, str],
                  progress: bool = False) -> list[Any]:
     """The probe's decision points: each family's first `spec.probe_instances` validation instances its policy
     covers (easy ones only where the recipe demonstrates only those), the family's probe item missed."""
@@ -228,12 +251,12 @@ def probe_points(families: Sequence[str], spec: ReadingSpec, anomaly_program: st
                   and (family not in spec.easy_only or fam.generate(i).difficulty == "easy")]
         for index in chosen[:spec.probe_instances]:
             jobs.append(episode(family, index, baseline(family), frozenset(), index, "micro-probe",
-                                options(family, anomaly_program)))
+                                options(family, programs)))
             items.append(PROBE_ITEM[family])
     trajs = run_all(jobs, desc="probe sources", progress=progress)
     points = []
     for traj, item in zip(trajs, items):
-        points += decision_points(traj, frozenset(), [item], options(traj.instance.family, anomaly_program))
+        points += decision_points(traj, frozenset(), [item], options(traj.instance.family, programs))
     return points
 
 
