@@ -209,7 +209,7 @@ def main() -> None:
     for s in results.get("server", []):
         lora = f", LoRA (max_lora_rank {s['max_lora_rank']})" if s["model"] != "base" else ""
         rows.append((f"vLLM CPU server, {args.batch} in flight {s['server_args'] or '(defaults)'}{lora}", s["tok_s"]))
-    print(f"| M0 decode, {args.batch} prompts of ~{int(context - args.new_tokens / 2)} tokens + {args.new_tokens} "
+    print(f"| {args.model} decode, {args.batch} prompts of ~{int(context - args.new_tokens / 2)} tokens + {args.new_tokens} "
           f"generated | tokens/s |\n|---|---|")
     for name, v in rows:
         print(f"| {name} | {v:,.0f} |")
