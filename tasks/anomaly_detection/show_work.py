@@ -70,15 +70,12 @@ _HARD_VALUES = ("WITH d(kind, lo, hi) AS (VALUES {defaults}), o(sid, lo, hi) AS 
 _FLAG = "WITH k(bounds_normal) AS (VALUES ({flag})), "
 PROGRAMS = ("paste", "values", "flag")  # "paste": the program every committed M0 was trained on
 ALL_KNOWN = frozenset({"bounds_are_normal"})
-_TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM rs WHERE ts >= '{start}' AND ts < '{end}' "
-         "AND (value {lo_op} lo OR value {hi_op} hi) ORDER BY sid, ts) "
+# the readings of `source` in [start, end) that `outside` selects, and the report of them as one CSV cell
+_TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM {source} WHERE ts >= '{start}' AND ts < '{end}' "
+         "AND ({outside}) ORDER BY sid, ts) "
          "SELECT 'sensor_id,timestamp,value' || char(10) || group_concat(sid || ',' || ts || ',' || value, char(10)) "
          "|| char(10) AS report, count(*) AS anomalies FROM a")
-_FLAG_TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM rs, k WHERE ts >= '{start}' AND ts < '{end}' "
-              "AND (value < lo OR value > hi OR (k.bounds_normal = 0 AND (value = lo OR value = hi))) "
-              "ORDER BY sid, ts) "
-              "SELECT 'sensor_id,timestamp,value' || char(10) || group_concat(sid || ',' || ts || ',' || value, "
-              "char(10)) || char(10) AS report, count(*) AS anomalies FROM a")
+_FLAG_OUTSIDE = "value < lo OR value > hi OR (k.bounds_normal = 0 AND (value = lo OR value = hi))"
 
 
 def applies(instance: TaskInstance) -> bool:
@@ -87,14 +84,14 @@ def applies(instance: TaskInstance) -> bool:
 
 def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal: bool = True,
                program: str = "paste") -> str:
-    lo_op, hi_op = ("<", ">") if bounds_normal else ("<=", ">=")
-    tail = _TAIL.format(start=start, end=end, lo_op=lo_op, hi_op=hi_op)
     if program not in PROGRAMS:
         raise ValueError(f"unknown anomaly_detection program {program!r} ({', '.join(PROGRAMS)})")
     if program == "flag":
         head = _values_head(json.loads(params_text), hard).removeprefix("WITH ")
         return (_FLAG.format(flag=int(bounds_normal)) + head
-                + _FLAG_TAIL.format(start=start, end=end))
+                + _TAIL.format(source="rs, k", start=start, end=end, outside=_FLAG_OUTSIDE))
+    lo_op, hi_op = ("<", ">") if bounds_normal else ("<=", ">=")
+    tail = _TAIL.format(source="rs", start=start, end=end, outside=f"value {lo_op} lo OR value {hi_op} hi")
     if program == "paste":
         return (_HARD if hard else _EASY).format(params=params_text.replace("'", "''")) + tail
     return _values_head(json.loads(params_text), hard) + tail
