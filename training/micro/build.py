@@ -348,10 +348,12 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     records = spec.reading.records if spec.reading else 0.0
     examples += copy_examples(tokenizer, spec.copy_examples, spec.seed, spec.copy_tokens, records)
     pairs_batches: list[Any] = []
+    pool: list[Any] = []
     if spec.reading:
-        from training.micro.reading import pair_batches
+        from training.micro.reading import decision_pool, pair_batches
 
-        pairs_batches = pair_batches(demos, tokenizer, spec.reading, spec.seed, spec.programs(), progress)
+        pool = decision_pool(demos, spec.reading, spec.programs())
+        pairs_batches = pair_batches(pool, tokenizer, spec.reading, spec.seed, progress)
     figures = _figures(pairs, built, time.perf_counter() - t0)
     model = init_model(spec, tokenizer)
     cfg = spec.train.model_copy(update={"seed": spec.seed})
@@ -363,7 +365,7 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     n_first = spec.reading.phase_pairs if spec.reading else 0
     report = pretrain(model, examples + pairs_batches[n_first:], cfg, work, progress=progress)
     points = _probe_points(spec, progress)
-    blocks = _reading_blocks(model, tokenizer, spec, demos, examples[:len(built.examples)], points, work, progress)
+    blocks = _reading_blocks(model, tokenizer, spec, pool, examples[:len(built.examples)], points, work, progress)
     probe = _probe(model, tokenizer, points)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -407,11 +409,12 @@ def _probe(model: Any, tokenizer: Any, points: list[Any]) -> dict[str, Any] | No
     return {"points": len(points), "seconds": round(time.perf_counter() - t0, 1), "apply_probability": result}
 
 
-def _reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, demos: list[Any], demo_examples: list[Any],
+def _reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, pool: list[Any], demo_examples: list[Any],
                     points: list[Any], work: Path, progress: bool) -> list[dict[str, Any]]:
     """The reading blocks (`reading.blocks`), after the main phase, in order: each a share `block_pairs` of one
-    family's minimal pairs (every family's for 'mixed') and the rest demonstrations (seeded), trained at
-    `block_lr`; the probe after each. A finished block is loaded from `work/block_<i>`, not run again."""
+    family's minimal pairs drawn from `pool` (every family's for 'mixed') and the rest demonstrations (seeded),
+    trained at `block_lr`; the probe (at `points`) after each. A finished block is loaded from `work/block_<i>`,
+    not run again."""
     from training.micro.reading import pair_batches
     from training.pretrain import pretrain
 
@@ -424,8 +427,8 @@ def _reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, demos: list[Any
 
         def run(name: str = name, steps: int = steps, n_pairs: int = n_pairs, seed: int = seed) -> PretrainReport:
             rng = random.Random(f"reading-block:{seed}")
-            pairs = pair_batches(demos, tokenizer, reading, seed, spec.programs(), progress,
-                                 family=None if name == "mixed" else name, n=n_pairs)
+            pairs = pair_batches(pool, tokenizer, reading, seed, progress, family=None if name == "mixed" else name,
+                                 n=n_pairs)
             examples = pairs + rng.sample(demo_examples, min(steps - len(pairs), len(demo_examples)))
             cfg = PretrainConfig(steps=len(examples), lr=reading.block_lr, min_lr_ratio=0.5, warmup_steps=20,
                                  seed=seed, threads=spec.train.threads, checkpoint_every=100)

@@ -199,24 +199,33 @@ def _fresh_point(point: Any, trajectory: Any, rng: random.Random) -> Any:
     return replace(point, prefix=messages[:-2], applied=messages[-2], missed=messages[-1])
 
 
-def pair_batches(demos: Sequence[tuple[str, Any, frozenset[str]]], tokenizer: Any, spec: ReadingSpec, seed: int,
-                 programs: Mapping[str, str], progress: bool = True, family: str | None = None,
-                 n: int | None = None) -> list[Any]:
-    """`n` (default `spec.pairs`) minimal-pair batches over the decision points of the original demonstrations
-    (of `family` only, when given; the points visited in seeded shuffled rounds); the pool values of each pair
-    are replaced by fresh ones."""
+def decision_pool(demos: Sequence[tuple[str, Any, frozenset[str]]], spec: ReadingSpec,
+                  programs: Mapping[str, str]) -> list[tuple[Any, Any, frozenset[str]]]:
+    """(decision point, its demonstration, the items it applied) of every original demonstration (not the
+    fresh-value copies), in the demonstrations' order: what `pair_batches` draws from."""
+    from training.micro.decisions import decision_points
+
+    points = []
+    for _, traj, knows in demos:
+        if traj.tag.endswith((":renamed", ":reid")):
+            continue
+        family = traj.instance.family
+        items = sorted(spec.miss.get(family, {}))
+        points += [(p, traj, knows) for p in decision_points(traj, knows, items, options(family, programs))]
+    return points
+
+
+def pair_batches(pool: Sequence[tuple[Any, Any, frozenset[str]]], tokenizer: Any, spec: ReadingSpec, seed: int,
+                 progress: bool = True, family: str | None = None, n: int | None = None) -> list[Any]:
+    """`n` (default `spec.pairs`) minimal-pair batches over the decision points of `pool` (`decision_pool`; of
+    `family` only, when given), the points visited in seeded shuffled rounds; the pool values of each pair are
+    replaced by fresh ones."""
     from tqdm import tqdm
 
-    from training.micro.decisions import decision_points, pair_batch
+    from training.micro.decisions import pair_batch
     from training.micro.prompts import minimal_pair
 
-    points, n = [], spec.pairs if n is None else n
-    for _, traj, knows in demos:
-        if traj.tag.endswith((":renamed", ":reid")) or family not in (None, traj.instance.family):
-            continue
-        fam = traj.instance.family
-        items = sorted(spec.miss.get(fam, {}))
-        points += [(p, traj, knows) for p in decision_points(traj, knows, items, options(fam, programs))]
+    points, n = [x for x in pool if family in (None, x[0].family)], spec.pairs if n is None else n
     if not points or not n:
         return []
     rng = random.Random(f"pairs:{seed}" if family is None else f"pairs:{seed}:{family}")
