@@ -37,6 +37,7 @@ The stop reasons and their meanings: `agents.records.STOP_REASON_MEANINGS` (and 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -76,6 +77,19 @@ class _Stop(Exception):
         self.error = error
 
 
+def turn_seed(instance_id: str, seed: int, turn: int) -> int:
+    """The sampling seed of one request: a hash of (instance, episode seed, turn), below 2**31.
+
+    Reproducible, and the same (instance, seed, turn) draws the same stream under every harness, adapter and
+    prefix (common random numbers: paired comparisons and a correction's control replay share them). The
+    instance is in the hash because a seed shared by every instance makes the instances one draw: a model whose
+    next-token distribution is about the same on every instance then samples the same choice on all of them
+    (M1 on payroll_audit, seed*1000+turn: each of the 3 seeds decided all 30 easy instances alike), and a
+    bootstrap over instances counts 60 units where there are 3."""
+    digest = hashlib.blake2b(f"{instance_id}\0{seed}\0{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 2**31
+
+
 class _Runner:
     """Performs one episode: the loop, the hooks' decisions, tool calls and the context view."""
 
@@ -91,8 +105,15 @@ class _Runner:
         self.env_key = ""  # set by run_episode while the environment is shared (agents/shared_env.py)
 
     def _turn_seed(self, turn: int) -> int | None:
-        """A seed per turn, derived from the episode seed: reproducible, yet turns do not all replay one draw."""
-        return None if self.seed is None else self.seed * 1_000 + turn
+        return None if self.seed is None else turn_seed(self.env.instance.id, self.seed, turn)
+
+    def _context(self, turn: int) -> dict[str, Any]:
+        """What our own providers get beside the request: the instance, the shared environment and, when the
+        requests are seeded, the episode seed and the turn (the simulated student's draws and state key)."""
+        context: dict[str, Any] = {"instance_id": self.env.instance.id, "env_key": self.env_key}
+        if self.seed is not None:
+            context |= {"episode_seed": self.seed, "turn": turn}
+        return context
 
     def _decide(self, event: Event) -> list[Decision]:
         return decide(self.h.hooks, event, self.s.hook_state()) if self.h.hooks else []
@@ -142,8 +163,7 @@ class _Runner:
         try:
             return await self.client.complete(view, self.tools_openai, tool_choice=self.tool_choice,
                                               seed=self._turn_seed(turn), max_tokens=self.limits.max_tokens_per_turn,
-                                              context={"instance_id": self.env.instance.id,
-                                                       "env_key": self.env_key})
+                                              context=self._context(turn))
         except ModelCallError as e:
             self.s.pending_triggers = triggers
             raise _Stop(e.kind, str(e)) from None

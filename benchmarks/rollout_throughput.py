@@ -125,6 +125,7 @@ def reset_prefix_cache(api_base: str) -> bool:
 def requests_of(trajectories: list[Any], role: Any, tool_choice: Any, served: str) -> list[dict[str, Any]]:
     """The chat requests the rollouts made (the conversation before each assistant message), turn by turn."""
     from agents.client import ModelClient
+    from agents.rollout import turn_seed
 
     client = ModelClient(role)
     by_turn: list[tuple[int, dict[str, Any]]] = []
@@ -133,9 +134,9 @@ def requests_of(trajectories: list[Any], role: Any, tool_choice: Any, served: st
         for i, m in enumerate(t.messages):
             if m.get("role") != "assistant":
                 continue
-            # the same body the rollout's client built (strict tools, per-turn seed episode*1000+turn)
-            kw = client.request_kwargs(t.messages[:i], t.tools or None, tool_choice, t.seed * 1_000 + turn,
-                                       role.max_tokens)
+            # the same body the rollout's client built (strict tools, the rollout's per-turn seed)
+            kw = client.request_kwargs(t.messages[:i], t.tools or None, tool_choice,
+                                       turn_seed(t.instance.id, t.seed, turn), role.max_tokens)
             body = {"model": served, "messages": kw["messages"], "max_tokens": kw["max_tokens"], "seed": kw["seed"],
                     "temperature": kw["temperature"], "top_p": kw["top_p"], **kw.get("extra_body", {})}
             if "tools" in kw:

@@ -28,6 +28,7 @@ from analysis.fit import FitConfig
 from deploy.vllm_server import ServeSpec
 from flows.errors import ConfigError
 from flows.round.config import PAIRS_STAGES, RoundConfig, read_forward_round
+from tasks import show_work
 from tasks.base import SPLIT_RANGES
 from tasks.records import Split
 from training.config import LengthRule, TrainConfig
@@ -266,6 +267,7 @@ class RunConfig(BaseModel):
             raise ValueError(f"evaluation.split: '{self.evaluation.split}' in a round that trains; its arms are "
                              "compared on the test split (train rows come from train, the gate judges on val): "
                              "use test")
+        self._check_showwork_programs(r)
         if not r.uses_roles:
             return
         for key in ("student", "expert"):
@@ -280,6 +282,19 @@ class RunConfig(BaseModel):
             raise ValueError(f"round.student: '{r.student}' is '{role.model}'; the round trains and hot-loads "
                              "adapters, so M_t must be a hosted_vllm model with an api_base")
         self._check_lora_rank(role)
+
+    def _check_showwork_programs(self, r: RoundConfig) -> None:
+        """`showwork/{family}@<program>` as the correction expert: the program must be each family's policy's."""
+        spec = r.correction.expert
+        model = self.models[spec].model if spec in self.models else spec
+        if not model or not model.startswith("showwork/") or "@" not in model:
+            return
+        for family in self.family_names():
+            name = model.split("/", 1)[1].format(family=family)
+            try:
+                show_work.check_program(*name.split("@", 1))
+            except ValueError as e:
+                raise ValueError(f"round.correction.expert: {e}") from None
 
     def _check_lora_rank(self, role: ModelRole) -> None:
         """The adapters `lora:` trains must fit the server that hot-loads them for `role` (when the run manages it)."""

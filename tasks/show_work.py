@@ -6,6 +6,7 @@
 
 Each module `tasks/<family>/show_work.py` has `applies(instance)`, `ALL_KNOWN` (every knowledge item) and
 `next_action(env, history, knows)`: a policy that writes only values derivable from what the trajectory shows.
+A policy with several programs lists them in `PROGRAMS` (default first) and takes `program=` in `next_action`.
 """
 
 from __future__ import annotations
@@ -26,3 +27,22 @@ def module(family: str) -> ModuleType | None:
     """The family's show-your-work module, or None when the family has none."""
     name = SHOW_WORK_TABLE.get(family)
     return importlib.import_module(name) if name else None
+
+
+def programs(family: str) -> tuple[str, ...]:
+    """The programs of the family's policy where it has several (`PROGRAMS`, the default first); () otherwise."""
+    return tuple(getattr(module(family), "PROGRAMS", ()))
+
+
+def check_program(family: str, program: str) -> None:
+    """Raise ValueError when `program` is no policy's program, or when the family's policy has several programs
+    and this is not one of them. A family whose policy has one program (payroll_audit) or none acts the same
+    under every program name, so one name (`flag`) serves every family of a round. Empty = the default."""
+    if not program:
+        return
+    known = sorted({p for f in SHOW_WORK_TABLE for p in programs(f)})
+    if program not in known:
+        raise ValueError(f"showwork/{family}@{program}: unknown program (the policies' programs: {', '.join(known)})")
+    if programs(family) and program not in programs(family):
+        raise ValueError(f"showwork/{family}@{program}: {family}'s policy has no program {program!r} "
+                         f"(its programs: {', '.join(programs(family))})")

@@ -48,6 +48,7 @@ class Script:
     seen: list[list[dict[str, Any]]] = field(default_factory=list)
     token_ids: bool = False
     sent_ids: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (prompt, completion) per call
+    seeds: list[int | None] = field(default_factory=list)  # the sampling seed each call was sent
 
 
 _ROLE_IDS = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
@@ -76,6 +77,7 @@ class ScriptedLLM(CustomLLM):
         script = _SCRIPTS[model.split("/", 1)[-1]]
         i = len(script.seen)
         script.seen.append(json.loads(json.dumps(messages)))
+        script.seeds.append((kwargs.get("optional_params") or {}).get("seed"))
         step = script.steps[i] if i < len(script.steps) else Step()
         if step.sleep_s:
             await asyncio.sleep(step.sleep_s)

@@ -4,11 +4,14 @@ environments, the real rollout runtime and LiteLLM's custom-provider path."""
 
 from __future__ import annotations
 
+import pytest
+
 import tasks
 from agents.records import ModelRole
 from agents.rollout import Limits, run_episode
 from agents.providers.showwork import applies, repair_action
 from harness import baseline
+from tasks import show_work
 from tasks.code_refactor import show_work as refactor
 from tasks.payroll_audit import show_work as payroll
 from tasks.records import Step, ToolCall
@@ -35,16 +38,18 @@ async def test_after_the_student_s_wrong_program_it_runs_the_program_that_knows_
         assert env.verify().passed  # the repair is the whole fix; the student only has to finish
 
 
-async def test_after_a_rename_scoped_to_the_package_it_renames_over_the_whole_repository():
+@pytest.mark.parametrize("program", ["grep", "flag"])  # M0's program (the default) and M1's
+async def test_after_a_rename_scoped_to_the_package_it_renames_over_the_whole_repository(program: str):
     fam = tasks.get("code_refactor")
     inst = _first("code_refactor", "train", True)
     old, new = refactor.rename_request(inst)
     with fam.make_env(inst) as env:
         env.reset()
-        scoped = refactor._commands(old, new, "billing/")  # what a student without update_every_reference does
+        scoped = refactor._commands(old, new, "billing/", program)  # a student without update_every_reference
         history = await _steps(env, [ToolCall(name="shell", arguments={"command": c}) for c in scoped])
-        action = repair_action(fam, env, history)
-        assert action == ToolCall(name="shell", arguments={"command": refactor._commands(old, new)[0]})
+        action = repair_action(fam, env, history, "" if program == "grep" else program)
+        assert action == ToolCall(name="shell", arguments={"command": refactor._commands(old, new, program=program)[0]})
+        assert action.arguments["command"].startswith("tests=1; ") == (program == "flag")
 
 
 async def test_served_as_a_model_it_solves_with_the_policy_or_the_oracle():
@@ -60,3 +65,27 @@ async def test_served_as_a_model_it_solves_with_the_policy_or_the_oracle():
         calls = [c.name for turn in t.turns for c in turn.tool_calls]
         if family == "code_refactor":  # the show-your-work program, not the oracle's edits
             assert calls == ["shell", "shell", "shell"]
+
+
+async def test_a_policy_with_one_program_acts_the_same_under_any_program_name():
+    pay = tasks.get("payroll_audit")
+    with pay.make_env(_first("payroll_audit", "train", True)) as env:
+        env.reset()
+        assert repair_action(pay, env, [], "flag") == repair_action(pay, env, [])
+
+
+async def test_served_with_a_program_it_solves_in_that_form_and_refuses_an_unknown_one():
+    inst = _first("code_refactor", "val", True)
+    env = tasks.make_env(inst)
+    try:
+        t = await run_episode(ModelRole(model="showwork/code_refactor@flag"), baseline("code_refactor"), env, seed=0,
+                              limits=Limits(max_turns=20))
+    finally:
+        env.close()
+    assert t.passed, t.verdict.feedback
+    commands = [c.arguments["command"] for turn in t.turns for c in turn.tool_calls]
+    assert commands and all(c.startswith(("tests=1; ", "tests=0; ")) for c in commands[:-1]), commands
+    for bad, says in (("code_refactor@values", "code_refactor's policy has no program 'values'"),
+                      ("payroll_audit@nope", "unknown program")):
+        with pytest.raises(ValueError, match=says):
+            show_work.check_program(*bad.split("@"))

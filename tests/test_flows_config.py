@@ -42,6 +42,9 @@ def _port_open(port: int) -> bool:
         ({"evaluation": {"seeds": -3}}, "evaluation.seeds"),
         ({"evaluation": {"pairs": [{"model": "student"}, {"model": "judge"}]}}, "evaluation.pairs.1.model"),
         ({"models": {"expert": {"model": "oracle/{family}"}}}, "evaluation.pairs.0.model: role 'student'"),
+        ({"families": ["payroll_audit", "code_refactor"],
+          "round": {"stages": ["evaluate_h0"], "correction": {"expert": "showwork/{family}@values"}}},
+         "round.correction.expert: showwork/code_refactor@values: code_refactor's policy has no program 'values'"),
         (None, "servers.0.model: model directory"),  # the server's model directory is missing
     ],
 )

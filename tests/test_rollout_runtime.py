@@ -13,7 +13,7 @@ import tasks
 from agents.client import ModelClient
 from agents.prefix import Prefix, ReplayDivergence, prefix_of
 from agents.records import STOP_REASONS, ModelRole
-from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
+from agents.rollout import BLOCKED_PREFIX, Limits, run_episode, turn_seed
 from agents.tables.trajectories import read_trajectories, write_trajectories
 from harness import Harness, Hook, PromptSection, ToolPolicy, baseline
 from harness.context import ContextPolicy
@@ -47,6 +47,23 @@ async def test_max_turns():
     assert traj.stop_reason == "max_turns" and len(traj.turns) == 3 and len(script.seen) == 3
     assert traj.verdict.failed_checks == ["total", "answered"] and traj.id and traj.tag == "rollout"
     env.close()
+
+
+async def test_each_request_is_seeded_by_its_instance_episode_seed_and_turn():
+    """Two instances under one episode seed draw different streams (a shared seed makes them one draw); the same
+    instance and seed draw the same stream under any harness (paired comparisons share it)."""
+    sent = {}
+    for index, harness in ((0, ROLE), (1, ROLE), (0, baseline("payroll_audit"))):
+        role, script = scripted([Step(calls=[("add", {"n": 1})]), Step(text="done")])
+        env = CounterEnv(counter_env(1).instance.model_copy(update={"id": f"counter/{index}", "index": index}))
+        await run_episode(role, harness, env, seed=2, limits=Limits(max_turns=3))
+        env.close()
+        sent[index, harness.id] = script.seeds
+    assert sent[0, ROLE.id] == [turn_seed("counter/0", 2, 0), turn_seed("counter/0", 2, 1)]
+    assert sent[0, ROLE.id] == sent[0, baseline("payroll_audit").id]
+    assert not set(sent[0, ROLE.id]) & set(sent[1, ROLE.id])
+    seeds = {turn_seed(f"payroll_audit/{i}", s, t) for i in range(40, 100) for s in range(3) for t in range(30)}
+    assert len(seeds) == 60 * 3 * 30 and all(0 <= x < 2**31 for x in seeds)
 
 
 async def test_timeout_keeps_the_record_and_verdict():

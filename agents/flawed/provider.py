@@ -1,14 +1,15 @@
 """`flawed/<family>@<profile>`: the task oracle with injected, labelled faults, as a LiteLLM custom provider.
 
 Called like any model (`ModelClient(ModelRole(model="flawed/stock_alert@native"))`). It reads what every
-provider of ours reads: the conversation, the tools, the per-turn `seed` (`episode_seed * 1000 + turn`) and
-the instance id that `ModelClient.complete(..., context=...)` puts in `extra_body`. Each injected fault
+provider of ours reads: the conversation, the tools, and what `ModelClient.complete(..., context=...)` puts in
+`extra_body`: the instance id and, from a seeded rollout, the episode seed and the turn (a bare call's per-turn
+`seed` is read as `episode_seed * 1000 + turn`). Each injected fault
 travels back in the assistant message's `provider_specific_fields["injected_faults"]` (a list of
 `InjectedFault` dicts); `ModelClient` copies it to `ModelResponse.injected_faults` and the rollout to
 `Trajectory.injected_faults`, the ground truth only measurement code reads (`Trajectory.view()` drops it).
 
-Draws come from `random.Random` seeded by (model string, instance id, per-turn seed), so the same rollout
-seed gives the same faults. It is a simulation: what it shows about a pipeline is measured against a
+Draws come from `random.Random` seeded by (model string, instance id, episode seed and turn), so the same
+rollout seed gives the same faults. It is a simulation: what it shows about a pipeline is measured against a
 policy whose faults are known, not against a real model's.
 """
 
@@ -79,12 +80,20 @@ class FlawedLLM(CustomLLM):
         atexit.register(self.store.close)
 
     async def respond(self, model: str, messages: list[dict[str, Any]], instance_id: str | None, seed: int | None,
-                      tools: list[dict[str, Any]] | None = None) -> tuple[Action, InjectedFault | None]:
+                      tools: list[dict[str, Any]] | None = None,
+                      where: tuple[int, int] | None = None) -> tuple[Action, InjectedFault | None]:
+        """`where` = (turn, episode seed), which a seeded rollout sends; without it a per-turn `seed` is read as
+        episode * 1000 + turn, and without either the turn is the count of assistant messages."""
         family, spec = split_model(model)
         fam, profile = tasks.get(family), profile_for(family, spec)
         inst = resolve_instance(family, messages, instance_id)
         n_assistant = sum(m.get("role") == "assistant" for m in messages)
-        turn, episode = (seed % 1000, seed // 1000) if seed is not None else (n_assistant, 0)
+        if where is not None:
+            (turn, episode), draw = where, where[1] * 1000 + where[0]
+        elif seed is not None:
+            turn, episode, draw = seed % 1000, seed // 1000, seed
+        else:
+            turn, episode, draw = n_assistant, 0, None
         system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
         key = (model, inst.id, episode, hashlib.sha256(system.encode()).hexdigest()[:16])
         visible = [signature(m) for m in messages if m.get("role") == "assistant"]
@@ -96,7 +105,7 @@ class FlawedLLM(CustomLLM):
         try:
             student = Student(conv, env, fam)
             feedback = await student.absorb(messages)
-            rng = turn_rng(model, inst.id, seed, turn)
+            rng = turn_rng(model, inst.id, draw, turn)
             await student.react(feedback, rng)
             action, fault = await student.act(messages, turn, rng)
         except BaseException:
@@ -144,7 +153,9 @@ class FlawedLLM(CustomLLM):
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
         opt = kwargs.get("optional_params") or {}
         extra = opt.get("extra_body") or {}
-        action, fault = await self.respond(model, messages, extra.get("instance_id"), opt.get("seed"), opt.get("tools"))
+        where = (int(extra["turn"]), int(extra["episode_seed"])) if "turn" in extra else None
+        action, fault = await self.respond(model, messages, extra.get("instance_id"), opt.get("seed"), opt.get("tools"),
+                                           where)
         message: dict[str, Any] = {"role": "assistant", "content": None,
                                    "provider_specific_fields": {FAULTS_FIELD: [fault.model_dump()] if fault else []}}
         if isinstance(action, FinalAnswer):

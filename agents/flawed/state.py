@@ -6,8 +6,8 @@ meant instead of what it emitted, so the two differ until the student re-syncs (
 
 A call continues a stored conversation when it has the same key (model string, instance, episode seed,
 system prompt) and its assistant messages are the ones the student emitted: all of them, or, when the
-harness's context policy shows only the last turns, the last ones of them (the turn number comes from the
-per-turn seed the rollout sends, `episode_seed * 1000 + turn`). Anything else (a prefix written by another
+harness's context policy shows only the last turns, the last ones of them (the turn number and the episode seed
+come with the call: agents/flawed/provider.py). Anything else (a prefix written by another
 model, a first call) starts a fresh state from the conversation: every executed call in it is replayed.
 States are small and kept in a large LRU; environments (browsers, sandboxes) in a small one, and an evicted
 environment is rebuilt by replaying the belief's calls, so eviction never changes what the student does.

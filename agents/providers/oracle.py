@@ -144,17 +144,24 @@ class OracleLLM(CustomLLM):
         self.cache = LiveEnvCache(max_live_envs)
         atexit.register(self.cache.close)
 
-    def action(self, fam: Family, env: Environment, history: list[Step]) -> ToolCall | FinalAnswer:
+    def split_name(self, name: str) -> tuple[str, str]:
+        """'<family>' -> (family, ''): the oracle has no variants; a subclass may accept '<family>@<variant>'."""
+        if "@" in name:
+            raise OracleError(f"'{self.provider}/{name}': {self.provider} models take no '@' variant")
+        return name, ""
+
+    def action(self, fam: Family, env: Environment, history: list[Step], variant: str = "") -> ToolCall | FinalAnswer:
         """The next action from the environment's state and the steps that led there."""
         return fam.oracle_action(env, history)
 
-    async def next_action(self, family: str, messages: list[dict[str, Any]], instance_id: str | None,
+    async def next_action(self, name: str, messages: list[dict[str, Any]], instance_id: str | None,
                           env_key: object = None) -> ToolCall | FinalAnswer:
+        family, variant = self.split_name(name)
         inst = resolve_instance(family, messages, instance_id)
         fam = tasks.get(family)
         shared = shared_env.lookup(env_key, inst.id)
         if shared is not None:  # the rollout's own environment, in this process: nothing to replay
-            return self.action(fam, shared, list(shared.steps))
+            return self.action(fam, shared, list(shared.steps), variant)
         calls = tool_calls_in(messages)
         live = self.cache.take(inst.id, calls)
         if live is None:
@@ -163,7 +170,7 @@ class OracleLLM(CustomLLM):
         try:
             for call in calls[len(live.history):]:
                 live.history.append(Step(call=call, result=await live.env.call(call.name, call.arguments)))
-            action = self.action(fam, live.env, live.history)
+            action = self.action(fam, live.env, live.history, variant)
         except BaseException:
             live.env.close()
             raise
@@ -174,7 +181,7 @@ class OracleLLM(CustomLLM):
         return action
 
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
-        family = model.split("/", 1)[-1]
+        family = model.split("/", 1)[-1]  # '<family>' or, for a provider with variants, '<family>@<variant>'
         extra = (kwargs.get("optional_params") or {}).get("extra_body") or {}
         action = await self.next_action(family, messages, extra.get("instance_id"), extra.get("env_key"))
         if isinstance(action, FinalAnswer):

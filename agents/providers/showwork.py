@@ -1,4 +1,4 @@
-"""`showwork/<family>`: a SIMULATED expert that repairs a turn in the student's own form.
+"""`showwork/<family>[@<program>]`: a SIMULATED expert that repairs a turn in the student's own form.
 
 The correction arm asks its expert to rewrite one failing turn t* of the student's rollout, in the student's
 context. An expert asked to *solve* writes its own plan (the oracle's next move from the student's state:
@@ -37,19 +37,31 @@ def applies(instance: TaskInstance) -> bool:
     return module is not None and bool(module.applies(instance))
 
 
-def repair_action(fam: Family, env: Environment, history: list[Step]) -> ToolCall | FinalAnswer:
-    """The show-your-work policy's action knowing every item, or the oracle's where the policy does not apply."""
+def repair_action(fam: Family, env: Environment, history: list[Step], program: str = "") -> ToolCall | FinalAnswer:
+    """The show-your-work policy's action knowing every item, or the oracle's where the policy does not apply.
+    `program` picks the policy's program where it has several (the student's form: M0 learned the defaults, M1
+    the `flag` programs); empty = the default."""
     module = show_work.module(env.instance.family)
     if module is None or not module.applies(env.instance):
         return fam.oracle_action(env, history)
-    return module.next_action(env, history, getattr(module, "ALL_KNOWN", frozenset()))
+    known = getattr(module, "ALL_KNOWN", frozenset())
+    if program and show_work.programs(env.instance.family):
+        return module.next_action(env, history, known, program=program)
+    return module.next_action(env, history, known)
 
 
 class ShowWorkLLM(OracleLLM):
-    """LiteLLM handler for `showwork/<family>` models (registered by agents.providers.registry with the other
-    providers)."""
+    """LiteLLM handler for `showwork/<family>` and `showwork/<family>@<program>` models (registered by
+    agents.providers.registry with the other providers). `@<program>` names the policy's program where it has several
+    (`showwork/{family}@flag` repairs in M1's form: the flag programs of anomaly_detection and code_refactor,
+    payroll_audit's one program); checked when the model is first called."""
 
     provider = PROVIDER
 
-    def action(self, fam: Family, env: Environment, history: list[Step]) -> ToolCall | FinalAnswer:
-        return repair_action(fam, env, history)
+    def split_name(self, name: str) -> tuple[str, str]:
+        family, _, program = name.partition("@")
+        show_work.check_program(family, program)
+        return family, program
+
+    def action(self, fam: Family, env: Environment, history: list[Step], variant: str = "") -> ToolCall | FinalAnswer:
+        return repair_action(fam, env, history, variant)

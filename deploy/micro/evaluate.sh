@@ -8,6 +8,8 @@
 #                 (every knowledge item in the card's words); hKp = $MICRO_MODEL/harness_hKp/<family>.yaml (the
 #                 same items in held-out wordings, M1)
 #   EVAL_OUT      output root (default runs/micro-eval); MICRO_PORT (default 8131)
+#   CONCURRENCY   rollouts in flight (default 6; vLLM CPU decodes more tokens per second with more in flight)
+# A harness x family whose trajectories.parquet is already under EVAL_OUT is skipped (rerun after an interruption).
 set -euo pipefail
 N=${1:-5}; shift || true
 FAMILIES=${*:-"code_refactor anomaly_detection payroll_audit"}
@@ -20,9 +22,11 @@ $PY -m flows.cli serve start --model "$MODEL" --name micro --port "$PORT" --max-
 trap '$PY -m flows.cli serve stop --port "$PORT"' EXIT
 for F in $FAMILIES; do
   for H in ${HARNESSES:-h0 hK}; do
+    OUT="${EVAL_OUT:-runs/micro-eval}/$H/$F"
+    [ -f "$OUT/trajectories.parquet" ] && { echo "skip $H $F: $OUT has its trajectories"; continue; }
     HARNESS=baseline; [ "$H" != h0 ] && HARNESS=$MODEL/harness_$H/$F.yaml
     $PY -m flows.cli rollout --model hosted_vllm/micro --api-base "http://127.0.0.1:$PORT/v1" --harness "$HARNESS" \
         --family "$F" --split test --n "$N" --seeds 3 --temperature 0.7 --max-tokens-per-turn 1024 \
-        --actors 1 --concurrency 6 --tag "micro-$H" --out "${EVAL_OUT:-runs/micro-eval}/$H/$F"
+        --actors 1 --concurrency "${CONCURRENCY:-6}" --tag "micro-$H" --out "$OUT"
   done
 done

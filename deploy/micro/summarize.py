@@ -39,6 +39,11 @@ def main(root: Path) -> None:
     stops = frame.group_by("pair", "family", "stop_reason").len().sort("pair", "family", "stop_reason")
     print("\nstop reasons:\n" + "\n".join(f"  {r['pair']} {r['family']} {r['stop_reason']}: {r['len']}"
                                          for r in stops.iter_rows(named=True)))
+    by_seed = (frame.group_by("pair", "family", "seed").agg(pl.col("passed").sum().alias("won"), pl.len())
+               .sort("pair", "family", "seed").group_by("pair", "family", maintain_order=True)
+               .agg(pl.format("{}/{}", "won", "len").alias("rates")))
+    print("\npassed per sampling seed (seeds that decide every instance alike make the instances one draw):\n"
+          + "\n".join(f"  {r['pair']} {r['family']}: {', '.join(r['rates'])}" for r in by_seed.iter_rows(named=True)))
 
 
 def _row(sub: pl.DataFrame, family: str, other: str) -> str:
@@ -57,9 +62,11 @@ def _row(sub: pl.DataFrame, family: str, other: str) -> str:
     return f"| {family} | {cells[0]} | {cells[1]} | {diff} | {sig} |"
 
 
-FIRST_CALL = {"anomaly_detection": "bucket_get", "code_refactor": "shell", "stock_alert": "get_email_template",
-              "budget_approval": "list_documents", "payroll_audit": "python", "website_admin": "goto"}
-# what every demonstration opens with (anomaly_detection's `values` program opens with describe_tables)
+FIRST_CALL = {"anomaly_detection": ("bucket_get", "describe_tables"), "code_refactor": ("shell",),
+              "stock_alert": ("get_email_template",), "budget_approval": ("list_documents",),
+              "payroll_audit": ("python",), "website_admin": ("goto",)}
+# what a demonstration opens with, under any of the family's programs (anomaly_detection's `paste` program, M0's,
+# opens with bucket_get; its `values` and `flag` programs, M1's, with describe_tables)
 
 
 def behaviour(root: Path) -> None:
@@ -75,8 +82,8 @@ def behaviour(root: Path) -> None:
             if not ts:
                 continue
             family = ts[0].instance.family
-            opening = FIRST_CALL.get(family)
-            first = sum(bool(t.turns and t.turns[0].tool_calls and t.turns[0].tool_calls[0].name == opening) for t in ts)
+            opening = FIRST_CALL.get(family, ())
+            first = sum(bool(t.turns and t.turns[0].tool_calls and t.turns[0].tool_calls[0].name in opening) for t in ts)
             calls = sum(len(u.tool_calls) for t in ts for u in t.turns)
             malformed = sum(u.malformed_tool_calls for t in ts for u in t.turns)
             covered = [t for t in ts if has_policy(t.instance)]  # instances a show-your-work policy demonstrates
