@@ -77,6 +77,15 @@ def has_policy(instance: TaskInstance) -> bool:
     return module is not None and module.applies(instance)
 
 
+def _draw_key(context: Mapping[str, Any] | None, seed: int | None) -> int | None:
+    """episode seed x 1000 + turn from a seeded rollout's context (the request seed this was before the rollout
+    hashed the instance into it: committed builds keep their demonstrations), else the request's seed."""
+    context = context or {}
+    if "episode_seed" in context:
+        return int(context["episode_seed"]) * 1000 + int(context["turn"])
+    return seed
+
+
 class ShowWorkClient(ModelClient):
     def __init__(self, family: str, options: Mapping[str, Any] | None = None,
                  knows: frozenset[str] | None = None) -> None:
@@ -97,7 +106,7 @@ class ShowWorkClient(ModelClient):
             self.env.reset()
         if self.knows is None:
             system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
-            rng = random.Random(f"{(context or {}).get('instance_id')}:{kwargs.get('seed')}")
+            rng = random.Random(f"{(context or {}).get('instance_id')}:{_draw_key(context, kwargs.get('seed'))}")
             self.knows = knows(self.family, system, rng)
         for call in tool_calls_in(messages)[len(self.history):]:
             self.history.append(Step(call=call, result=await self.env.call(call.name, call.arguments)))
