@@ -100,8 +100,8 @@ class CorrectionSettings(BaseModel):
     expert: str | None = Field(default=None, description="Who rewrites t*: a role name under `models` or a model "
                                "string; null = the round's `expert` role (which always does imitation and "
                                "evaluation). An expert asked to repair one turn should repair it in the student's "
-                               "form: the embedded default uses the SIMULATED showwork/{family} here (showwork/{family}@flag for M1, "
-                               "which learned the policies' flag programs).")
+                               "form: the embedded default uses the SIMULATED showwork/{family} here "
+                               "(showwork/{family}@flag for M1, which learned the policies' flag programs).")
     suffix: Literal["none", "replay", "original"] = Field(
         default="none", description="What a training row holds after t*: none | replay (the student's continuation "
         "in the chosen candidate's best replay) | original (the failing rollout's own turns); docs/correction.md.")
