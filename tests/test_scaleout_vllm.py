@@ -147,8 +147,8 @@ def _jobs(api_base: str) -> list[RolloutJob]:
     finally:
         env.close()
     h = h.model_copy(update={"tools": ToolPolicy(hidden=others)})  # one tool in the prompt: short prefills
-    role = ModelRole(model="hosted_vllm/tiny", api_base=api_base, max_tokens=MAX_TOKENS, temperature=1.0, strict_tools=True,
-                     retries=1)
+    role = ModelRole(model="hosted_vllm/tiny", api_base=api_base, max_tokens=MAX_TOKENS, temperature=1.0,
+                     strict_tools=True, retries=1)
     limits = Limits(max_turns=TURNS, max_tokens_per_turn=MAX_TOKENS, wall_s=240)
     choice = {"type": "function", "function": {"name": TOOL}}
     insts = tasks.instances(FAMILY, "val")[: N_JOBS // 2]
