@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -37,6 +38,7 @@ from correction.records import Correction, boundary_instances, dataset_card, rea
 from correction.runner import CachedRollouts, RolloutFn, local_rollouts
 from correction.selectors import Selector, make_selector
 from correction.selectors.base import parse_selector
+from flows.progress import Progress, run_emitter
 from flows.store import RunStore, atomic_write_text, content_key
 from harness.program import Harness
 
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from agents.pool.driver import RolloutPool
 
 STAGE = "correction_data"
+log = logging.getLogger(__name__)
 
 
 class CorrectionConfig(BaseModel):
@@ -126,7 +129,8 @@ def _paths(store: RunStore, key: str) -> Path:
 
 
 async def _one(store: RunStore, view: Trajectory, harness: Harness, config: CorrectionConfig, run: RolloutFn,
-               sem: asyncio.Semaphore, calls: RoleCallLog | None = None) -> None:
+               sem: asyncio.Semaphore, calls: RoleCallLog | None = None,
+               on_done: Callable[[Correction], object] = lambda corr: None) -> None:
     async with sem:
         agent = parse_locator(config.locator)[0] == "mle_agent"
         locator = make_locator(config.locator, role=config.locator_role, api_base=config.locator_api_base,
@@ -144,6 +148,7 @@ async def _one(store: RunStore, view: Trajectory, harness: Harness, config: Corr
         store.write_trajectories(STAGE, key, [row], harnesses=[harness])
     write_corrections(_paths(store, key), [corr])
     store.mark_done(STAGE, key, {"source": view.id, "status": corr.status, "corrected": corr.corrected_trajectory_id})
+    on_done(corr)
 
 
 def pool_rollouts(pool: RolloutPool, executor: ThreadPoolExecutor) -> RolloutFn:
@@ -154,6 +159,20 @@ def pool_rollouts(pool: RolloutPool, executor: ThreadPoolExecutor) -> RolloutFn:
         return await asyncio.get_running_loop().run_in_executor(executor, pool.run, list(jobs))
 
     return run
+
+
+def _ticker(total: int, done: int) -> Callable[[Correction], None]:
+    """The stage's progress line: failing sources finished of `total` (`done` loaded from the store), ETA, and how
+    many of those run here were kept (status `corrected`)."""
+    ticker = Progress("correction sources", total, done, emit=run_emitter(log))
+    kept = [0]
+
+    def on_done(corr: Correction) -> None:
+        kept[0] += corr.status == "corrected"
+        ticker.label = f"correction sources ({kept[0]} kept of {ticker.done + 1 - done} run here)"
+        ticker.update(ticker.done + 1)
+
+    return on_done
 
 
 def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str, Harness], config: CorrectionConfig,
@@ -179,10 +198,12 @@ def correct_run(store: RunStore, failing: list[Trajectory], harnesses: dict[str,
     todo = [t.view() for t in failing if source_key(t, config) not in done]
 
     calls = RoleCallLog(store.path("costs", ROLE_CALLS), cap=cap)  # judge / locator calls: cost and outcome
+    on_done = _ticker(len(failing), len(failing) - len(todo))
 
     async def all_of() -> None:
         sem = asyncio.Semaphore(config.concurrency)
-        await asyncio.gather(*(_one(store, v, harnesses[v.harness_id], config, cached, sem, calls) for v in todo))
+        await asyncio.gather(*(_one(store, v, harnesses[v.harness_id], config, cached, sem, calls, on_done)
+                               for v in todo))
 
     if todo:
         asyncio.run(all_of())
