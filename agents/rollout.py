@@ -37,7 +37,6 @@ The stop reasons and their meanings: `agents.records.STOP_REASON_MEANINGS` (and 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -50,6 +49,7 @@ from agents.episode import EpisodeState
 from agents.jobs import Limits
 from agents.prefix import Prefix, ReplayDivergence, restore_prefix
 from agents.records import ModelRole, ToolChoice, Trajectory, TriggerRecord, TurnRecord
+from agents.seeds import turn_seed
 from agents.token_ids import encode_prompt, next_base
 from agents.tool_args import OVER_CAP_PREFIX, over_cap_message
 from agents.tool_args import problem as arguments_problem
@@ -75,19 +75,6 @@ class _Stop(Exception):
         super().__init__(error or reason)
         self.reason = reason
         self.error = error
-
-
-def turn_seed(instance_id: str, seed: int, turn: int) -> int:
-    """The sampling seed of one request: a hash of (instance, episode seed, turn), below 2**31.
-
-    Reproducible, and the same (instance, seed, turn) draws the same stream under every harness, adapter and
-    prefix (common random numbers: paired comparisons and a correction's control replay share them). The
-    instance is in the hash because a seed shared by every instance makes the instances one draw: a model whose
-    next-token distribution is about the same on every instance then samples the same choice on all of them
-    (M1 on payroll_audit, seed*1000+turn: each of the 3 seeds decided all 30 easy instances alike), and a
-    bootstrap over instances counts 60 units where there are 3."""
-    digest = hashlib.blake2b(f"{instance_id}\0{seed}\0{turn}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % 2**31
 
 
 class _Runner:

@@ -125,7 +125,7 @@ def reset_prefix_cache(api_base: str) -> bool:
 def requests_of(trajectories: list[Any], role: Any, tool_choice: Any, served: str) -> list[dict[str, Any]]:
     """The chat requests the rollouts made (the conversation before each assistant message), turn by turn."""
     from agents.client import ModelClient
-    from agents.rollout import turn_seed
+    from agents.seeds import turn_seed
 
     client = ModelClient(role)
     by_turn: list[tuple[int, dict[str, Any]]] = []

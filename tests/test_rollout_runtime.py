@@ -13,7 +13,8 @@ import tasks
 from agents.client import ModelClient
 from agents.prefix import Prefix, ReplayDivergence, prefix_of
 from agents.records import STOP_REASONS, ModelRole
-from agents.rollout import BLOCKED_PREFIX, Limits, run_episode, turn_seed
+from agents.rollout import BLOCKED_PREFIX, Limits, run_episode
+from agents.seeds import turn_seed
 from agents.tables.trajectories import read_trajectories, write_trajectories
 from harness import Harness, Hook, PromptSection, ToolPolicy, baseline
 from harness.context import ContextPolicy

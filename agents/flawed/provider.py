@@ -34,6 +34,7 @@ from agents.flawed.profiles import PER_TURN_KINDS, Profile, parse_profile
 from agents.flawed.state import BLOCKED, Conversation, ConversationStore, FlawedError, signature
 from agents.providers.oracle import resolve_instance
 from agents.records import InjectedFault, parse_tool_calls
+from agents.seeds import episode_draw
 from tasks.base import Environment, Family
 from tasks.records import FinalAnswer, TaskInstance, ToolCall
 
@@ -89,7 +90,7 @@ class FlawedLLM(CustomLLM):
         inst = resolve_instance(family, messages, instance_id)
         n_assistant = sum(m.get("role") == "assistant" for m in messages)
         if where is not None:
-            (turn, episode), draw = where, where[1] * 1000 + where[0]
+            (turn, episode), draw = where, episode_draw(where[1], where[0])
         elif seed is not None:
             turn, episode, draw = seed % 1000, seed // 1000, seed
         else:

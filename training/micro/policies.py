@@ -24,6 +24,7 @@ import tasks
 from agents.client import ModelClient, ModelResponse
 from agents.providers.oracle import tool_calls_in
 from agents.records import ModelRole, parse_tool_calls
+from agents.seeds import episode_draw
 from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 
 Policy = Callable[[Any, list[Step], frozenset[str]], ToolCall | FinalAnswer]
@@ -82,7 +83,7 @@ def _draw_key(context: Mapping[str, Any] | None, seed: int | None) -> int | None
     hashed the instance into it: committed builds keep their demonstrations), else the request's seed."""
     context = context or {}
     if "episode_seed" in context:
-        return int(context["episode_seed"]) * 1000 + int(context["turn"])
+        return episode_draw(int(context["episode_seed"]), int(context["turn"]))
     return seed
 
 
