@@ -20,6 +20,7 @@ GIB = 1024 ** 3
 Level = Literal["ok", "finding", "refused"]
 OWN = ("oracle", "flawed", "showwork")  # providers of this project: no key, no price
 PAPER_PASS_RATE = 0.78  # the student's h* pass rate the paper reports (78.0%)
+PAPER_RATE_NOTE = " (the paper's student on h*; `coevo doctor --pass-rate` states yours)"
 THINKING_ROOM = 2048  # max_tokens below this cuts a thinking judge's or locator's answer
 
 
@@ -254,8 +255,8 @@ def check_yield(config: RunConfig, pass_rate: float) -> list[Finding]:
     rollouts, failures, asked = yield_estimate(config, pass_rate)
     r = config.round
     text = (f"{len(config.family_names())} families x {r.data.instances or 20} train instances x "
-            f"{r.data.student_samples} student samples = {rollouts} rollouts; at a {pass_rate:.1%} pass rate "
-            f"~{failures} fail, at most one correction each")
+            f"{r.data.student_samples} student samples = {rollouts} rollouts; at a {pass_rate:.1%} pass rate"
+            f"{PAPER_RATE_NOTE if pass_rate == PAPER_PASS_RATE else ''} ~{failures} fail, at most one correction each")
     if failures >= asked:
         return [Finding(level="ok", key="round.data.corrections", text=f"{text}: enough for the {asked} asked")]
     return [Finding(level="finding", key="round.data.corrections", text=(
