@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from correction_helpers import STUDENT, student_rollout
+from log_capture import logged_lines
 from scripted_model import Step, scripted
 from typer.testing import CliRunner
 
@@ -54,17 +54,6 @@ class Recorder:
         return await self.inner(jobs)
 
 
-class Lines(logging.Handler):
-    """The messages a logger emits (Prefect's logging setup keeps them from pytest's root-logger capture)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
     harnesses = {baseline(t.family).id: baseline(t.family) for t in failing}
     with pytest.raises(ValueError, match="leakage"):  # test-split rollouts never become training rows by default
@@ -77,17 +66,11 @@ def test_rerun_after_a_kill_repeats_no_call(failing, tmp_path):
         correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=killed)
     assert killed.keys
     resumed = Recorder()
-    lines, stage_log = Lines(), logging.getLogger("flows.round.correct")
-    level, _ = stage_log.level, stage_log.addHandler(lines)
-    stage_log.setLevel(logging.INFO)
-    try:
+    with logged_lines("flows.round.correct") as lines:
         first = correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=resumed)
-    finally:
-        stage_log.removeHandler(lines)
-        stage_log.setLevel(level)
     assert not set(resumed.keys) & set(killed.keys), "a finished episode ran again"
-    assert lines.messages and re.fullmatch(r"correction sources \(\d kept of [12] run here\): 2/2 \(100%\), .+, done",
-                                           lines.messages[-1]), lines.messages  # the progress line at the stage's end
+    assert lines and re.fullmatch(r"correction sources \(\d kept of [12] run here\): 2/2 \(100%\), .+, done",
+                                  lines[-1]), lines  # the progress line at the stage's end
     assert len(first.corrections) == 2 and first.card["corrections"] == len(first.corrected) >= 1
     again = Recorder()
     second = correct_run(RunStore(tmp_path, "r"), failing, harnesses, config, run=again)

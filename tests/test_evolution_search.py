@@ -9,13 +9,13 @@ known answer (which edits remove the fault); the flawed student will check it ag
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from log_capture import logged_lines
 
 from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
@@ -49,15 +49,6 @@ def _settings(start: Path, **kw: object) -> EvolveSettings:
     return EvolveSettings.model_validate({**base, **kw})
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @dataclass
 class _Searched:
     """One search from the broken start (two search seeds, with upward transfer), run once for the module."""
@@ -78,20 +69,12 @@ def searched(tmp_path_factory: pytest.TempPathFactory, ray_local: None) -> Itera
     start = _broken_start(tmp / "broken.yaml")
     transfer = TransferSettings(expert=ModelRole(model="oracle/{family}"), test_instances=2, seeds=1)
     settings = _settings(start, transfer=transfer)
-    handler, logger = _Lines(), logging.getLogger("flows.evolution")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with pytest.MonkeyPatch.context() as mp, RolloutPool(2) as pool:
-            mp.setattr(evolution, "Progress", functools.partial(Progress, every_s=0.0))  # a line per budget update
-            summary = run_evolution(settings, store, Path("/"), pool)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with logged_lines("flows.evolution") as lines, pytest.MonkeyPatch.context() as mp, RolloutPool(2) as pool:
+        mp.setattr(evolution, "Progress", functools.partial(Progress, every_s=0.0))  # a line per budget update
+        summary = run_evolution(settings, store, Path("/"), pool)
     out = Path(summary.out_dir)
     yield _Searched(settings, store, summary, out, Harness.load(out / "h0.yaml"), Harness.load(out / "h_star.yaml"),
-                    handler.lines)
+                    lines)
 
 
 def test_search_removes_the_harness_fault(searched: _Searched) -> None:
