@@ -89,3 +89,22 @@ async def test_served_with_a_program_it_solves_in_that_form_and_refuses_an_unkno
                       ("payroll_audit@nope", "unknown program")):
         with pytest.raises(ValueError, match=says):
             show_work.check_program(*bad.split("@"))
+
+
+async def test_kinds_repairs_every_refactoring_kind_in_the_flag_form_and_means_flag_to_the_other_families():
+    # "kinds" is code_refactor's flag program extended to every refactoring kind; under "flag" a move_module
+    # request is the oracle's (list_files first), under "kinds" the flag program's search; anomaly_detection,
+    # whose policy has no "kinds", acts under the program it extends
+    inst = next(i for i in tasks.instances("code_refactor", "val") if i.payload["spec"]["kind"] == "move_module")
+    assert not applies(inst, "flag") and applies(inst, "kinds")
+    fam = tasks.get("code_refactor")
+    with fam.make_env(inst) as env:
+        env.reset()
+        assert repair_action(fam, env, [], "flag").name == "list_files"
+        action = repair_action(fam, env, [], "kinds")
+        assert action.name == "shell" and action.arguments["command"].startswith("tests=1; grep -rn ")
+    show_work.check_program("anomaly_detection", "kinds")
+    anomaly = tasks.get("anomaly_detection")
+    with anomaly.make_env(_first("anomaly_detection", "val", True)) as env:
+        env.reset()
+        assert repair_action(anomaly, env, [], "kinds") == repair_action(anomaly, env, [], "flag")

@@ -34,6 +34,11 @@ def _episode(family: str, index: int, harness, seed: int = 0, options: dict | No
         client.close()
 
 
+def _commands(traj) -> list[str]:
+    return [json.loads(c["function"]["arguments"])["command"] for m in traj.messages
+            for c in m.get("tool_calls") or []]
+
+
 def _rename_indices(n: int) -> list[int]:
     fam = tasks.get("code_refactor")
     return [i for i in range(1000, 1100) if has_policy(fam.generate(i))][:n]
@@ -110,14 +115,69 @@ def test_missing_update_every_reference_fails_the_rename_and_the_test_run_shows_
     scores, scoped = [], 0
     for index in _rename_indices(6):
         traj = _episode("code_refactor", index, baseline("code_refactor"), seed=index)
-        commands = [json.loads(c["function"]["arguments"])["command"] for m in traj.messages
-                    for c in m.get("tool_calls") or []]
+        commands = _commands(traj)
         if not commands[0].endswith(" ."):
             scoped += 1
             recovered = any(c.endswith(" .") for c in commands[1:])
             assert (traj.verdict.score == 1.0) == recovered, commands
         scores.append(traj.verdict.score)
     assert scoped >= 1 and min(scores) < 1.0
+
+
+def _kind_episode(index: int, knows: frozenset[str]):
+    fam = tasks.get("code_refactor")
+    client = ShowWorkClient("code_refactor", {"program": "kinds"}, knows=knows)
+    env = fam.make_env(fam.generate(index))
+    try:
+        with env:
+            return asyncio.run(run_episode(client, baseline("code_refactor"), env, seed=0, tag="micro-demo:test"))
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("kind", ["add_parameter", "extract_function", "move_module"])
+def test_kinds_program_solves_every_refactoring_kind_and_its_flag_decides_the_tests(kind: str) -> None:
+    # "kinds" covers the three non-rename kinds (the default program renames only); knowing every item it passes
+    # the verifier at both levels; `tests=0` (update_every_reference missed) leaves tests/ stale, which fails
+    # add_parameter and move_module, and the recovery (run_tests_before_finishing) repairs it from the test run
+    fam = tasks.get("code_refactor")
+    found = [i for i in range(1000, 1040) if fam.generate(i).payload["spec"]["kind"] == kind][:2]
+    assert {fam.generate(i).difficulty for i in found} == {"easy", "hard"}
+    every = frozenset({"update_every_reference", "run_tests_before_finishing"})
+    for index in found:
+        assert not has_policy(fam.generate(index)) and has_policy(fam.generate(index), "kinds")
+        traj = _kind_episode(index, every)
+        assert traj.verdict.score == 1.0, (index, traj.verdict)
+        assert all(c.startswith("tests=1; ") for c in _commands(traj)[:2])
+    missed = _kind_episode(found[1], frozenset())
+    assert _commands(missed)[0].startswith("tests=0; ")
+    assert (missed.verdict.score == 1.0) == (kind == "extract_function"), missed.verdict
+    recovered = _kind_episode(found[1], frozenset({"run_tests_before_finishing"}))
+    assert recovered.verdict.score == 1.0 and len(_commands(recovered)) == len(_commands(missed)) + 2 - (
+        kind == "extract_function") * 2
+
+
+def test_kind_copies_replace_the_names_the_program_copies_with_fresh_ones_everywhere() -> None:
+    # the kinds' names come from small pools (8 packages, 4 subpackages, 5 currencies): a copy with fresh values
+    # leaves reading them from the instruction as the only way to write the program's first line
+    from training.micro.augment import substituted_copies
+    from training.micro.reading import augmentable
+
+    every = frozenset({"update_every_reference", "run_tests_before_finishing"})
+    for index, kind in ((1002, "add_parameter"), (1007, "move_module")):
+        traj = _kind_episode(index, every)
+        assert traj.instance.payload["spec"]["kind"] == kind
+        olds, drawers = augmentable(traj)
+        copy = substituted_copies(traj, olds, drawers, 1, random.Random(3), "renamed")[0]
+        text, commands = json.dumps(copy.messages), _commands(copy)
+        assert all(re.search(rf"\b{re.escape(old)}\b", text) is None for old in olds), olds
+        request = copy.messages[1]["content"]
+        if kind == "add_parameter":
+            fn, cur = re.search(r"to `(\w+)\(value\)`.*currency=\"(\w+)\"", request, re.S).groups()
+            assert re.fullmatch(r"[A-Z]{3}", cur) and commands[1].startswith(f"tests=1; python3 - {fn} {cur} ")
+        else:
+            pkg, sub = re.search(r"`(\w+)/(\w+)/helpers\.py`", request).groups()
+            assert commands[1].startswith(f"tests=1; p={pkg}; s={sub}; ")
 
 
 def test_renamed_copies_rewrite_both_names_everywhere_consistently() -> None:

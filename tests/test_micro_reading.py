@@ -16,6 +16,7 @@ from harness.baseline import baseline
 from harness.evolution.cards import load_card, section_id, stated_keys
 from harness.render import system_prompt
 from training.micro.build import BUILD_RECORD, MicroSpec, build_micro_model, m1_spec, weights_digest
+from training.micro.extend import ExtendSpec, extend_micro_model
 from training.micro.decisions import decision_points, pair_batch, render_choices
 from training.micro.mixture import named_harness
 from training.micro.prompts import generate, minimal_pair
@@ -194,6 +195,17 @@ def test_m1_build_at_test_scale_is_deterministic_and_probes_its_harness_dependen
     assert sorted(x.stem for x in (a / "harness_hK").glob("*.yaml")) == sorted(spec.families)
     assert named_harness("payroll_audit").id == type(named_harness("payroll_audit")).load(
         a / "harness_hK" / "payroll_audit.yaml").id
+    # the build extended from its own weights with code_refactor's "kinds" program (every refactoring kind)
+    ext = ExtendSpec(demos={"code_refactor": 8, "payroll_audit": 1}, demo_steps=3, blocks=("code_refactor:2",))
+    c = extend_micro_model(a, tmp_path / "c", ext, progress=False)
+    grown = json.loads((c / BUILD_RECORD).read_text())
+    assert grown["base_weights_sha256"] == weights_digest(a) != grown["weights_sha256"] == weights_digest(c)
+    assert grown["demonstrations"] >= 9 and grown["demo_phase"]["steps"] == 3  # (+ fresh-name rename copies)
+    assert [b["block"] for b in grown["reading_blocks"]] == ["code_refactor:2"]
+    assert set(grown["probe_before"]["apply_probability"]) == set(grown["probe"]["apply_probability"])
+    assert 0.0 <= grown["success"]["code_refactor"] <= 1.0 and grown["decision_points"] >= 4  # 4 kinds in 8
+    assert (c / "harness_hK" / "code_refactor.yaml").exists()
+    assert MicroSpec.model_validate_json((c / "micro_model_spec.json").read_text()).refactor_program == "kinds"
 
 
 def test_committed_m1_is_the_recipe_in_the_code_and_its_recorded_bits() -> None:

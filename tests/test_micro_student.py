@@ -143,3 +143,19 @@ def test_micro_config_loads_and_points_at_the_committed_model() -> None:
     assert config.servers[0].model == "deploy/micro" and set(config.families) <= set(tasks.families())
     assert config.models["expert"].model == "flawed/{family}@expert"
     preflight(config, repo)  # deploy/micro exists (committed weights)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--blocks", "payroll:5"], "--blocks: Value error, reading block 'payroll:5'"),
+    (["--programs", "code_refactor=nope"], "--programs: showwork/code_refactor@nope: unknown program"),
+    (["--demos", "code_refactor"], "--demos: write FAMILY=VALUE"),
+])
+def test_extend_cli_names_the_offending_option_before_any_work(tmp_path: Path, args: list[str], says: str) -> None:
+    from flows.cli import model as cli_model
+
+    app = typer.Typer()
+    cli_model.register(app)
+    base = Path(__file__).resolve().parents[1] / "deploy" / "micro1"
+    res = CliRunner().invoke(app, ["model", "extend", "--base", str(base), "--out", str(tmp_path / "m"), *args])
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "m").exists()

@@ -8,7 +8,7 @@ action of the policy the student learned from - the family's show-your-work poli
 (`tasks/<family>/show_work.py`) knowing every knowledge item (`ALL_KNOWN`) - so the student can carry on.
 
 Where that policy does not apply, it is the oracle's action (`oracle/<family>`):
-- code_refactor: rename requests only (the other refactoring kinds get the oracle);
+- code_refactor: rename requests only (the other refactoring kinds get the oracle), every kind under `@kinds`;
 - payroll_audit: easy instances only (hard ones, with pay_rates.csv and an XLSX week, get the oracle);
 - anomaly_detection and website_admin: every instance (website_admin's policy covers price_of, set_price and
   disable_product and plans the rest as the oracle does);
@@ -31,10 +31,9 @@ from tasks.records import FinalAnswer, Step, TaskInstance, ToolCall
 PROVIDER = "showwork"
 
 
-def applies(instance: TaskInstance) -> bool:
-    """Whether the family's show-your-work policy (not the oracle) acts on this instance."""
-    module = show_work.module(instance.family)
-    return module is not None and bool(module.applies(instance))
+def applies(instance: TaskInstance, program: str = "") -> bool:
+    """Whether the family's show-your-work policy (not the oracle) acts on this instance under `program`."""
+    return show_work.covers(instance, program)
 
 
 def repair_action(fam: Family, env: Environment, history: list[Step], program: str = "") -> ToolCall | FinalAnswer:
@@ -42,9 +41,10 @@ def repair_action(fam: Family, env: Environment, history: list[Step], program: s
     `program` picks the policy's program where it has several (the student's form: M0 learned the defaults, M1
     the `flag` programs); empty = the default."""
     module = show_work.module(env.instance.family)
-    if module is None or not module.applies(env.instance):
+    if module is None or not show_work.covers(env.instance, program):
         return fam.oracle_action(env, history)
     known = getattr(module, "ALL_KNOWN", frozenset())
+    program = show_work.resolve(env.instance.family, program)
     if program and show_work.programs(env.instance.family):
         return module.next_action(env, history, known, program=program)
     return module.next_action(env, history, known)
@@ -54,7 +54,8 @@ class ShowWorkLLM(OracleLLM):
     """LiteLLM handler for `showwork/<family>` and `showwork/<family>@<program>` models (registered by
     agents.providers.registry with the other providers). `@<program>` names the policy's program where it has several
     (`showwork/{family}@flag` repairs in M1's form: the flag programs of anomaly_detection and code_refactor,
-    payroll_audit's one program); checked when the model is first called."""
+    payroll_audit's one program; `@kinds` in the form of an M1 extended to every refactoring kind, code_refactor's
+    "kinds" and the others' "flag"); checked when the model is first called."""
 
     provider = PROVIDER
 

@@ -120,6 +120,58 @@ def model_micro(
             f"{f} {p['h0']:.2f} -> {p['hK']:.2f}" for f, p in sorted(probe.items())))
 
 
+@model_app.command("extend")
+def model_extend(
+    base: Annotated[Path, typer.Option(help="A built harness-reading student (e.g. deploy/micro1).")],
+    out: Annotated[Path, typer.Option(help="Output directory of the extended student.")],
+    demos: Annotated[str, typer.Option(help="FAMILY=N,...: demonstrations per family (the first pretrain "
+                                            "instances its program covers).")] = "code_refactor=320,anomaly_detection=80,payroll_audit=80",
+    programs: Annotated[str, typer.Option(help="FAMILY=PROGRAM,...: show-your-work programs (code_refactor 'kinds': "
+                                               "every refactoring kind).")] = "anomaly_detection=flag,code_refactor=kinds",
+    demo_steps: Annotated[int, typer.Option(min=0, help="Steps of the demonstration phase (0: none).")] = 600,
+    fresh_copies: Annotated[int, typer.Option(min=0, help="Copies of each code_refactor demonstration with the "
+                                                          "names its program copies replaced by fresh ones.")] = 2,
+    blocks: Annotated[str, typer.Option(help="Reading blocks after it: FAMILY:STEPS or mixed:STEPS, "
+                                             "comma-separated.")] = "code_refactor:300,mixed:300",
+    seed: Annotated[int, typer.Option(help="Seed of the demonstrations' harnesses and the data order.")] = 0,
+    work_dir: Annotated[Optional[Path], typer.Option(
+        help="Checkpoint folder (default OUT/.work); a rerun with the same arguments resumes from it.")] = None,
+) -> None:
+    """Train a built student further from its own weights: new demonstrations (a new program), then reading
+    blocks that keep its harness reading; the probe before and after (training/micro/extend.py)."""
+    from tasks import show_work
+    from training.micro import extend
+
+    existing_path(base, "--base", "dir")
+    if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+        fail(f"--out: {out} is not a directory path (a file is in the way)")
+    parsed: dict[str, dict[str, str]] = {}
+    for option, text in (("--demos", demos), ("--programs", programs)):
+        parsed[option] = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+        if len(parsed[option]) != len([kv for kv in text.split(",") if kv]):
+            fail(f"{option}: write FAMILY=VALUE,... (got {text!r})")
+    for family, program in parsed["--programs"].items():
+        try:
+            show_work.check_program(family, program)
+        except ValueError as e:
+            fail(f"--programs: {e}")
+    try:
+        spec = extend.ExtendSpec(demos={k: int(v) for k, v in parsed["--demos"].items()},
+                                 programs=parsed["--programs"], demo_steps=demo_steps, seed=seed,
+                                 blocks=tuple(b for b in blocks.split(",") if b), fresh_copies=fresh_copies)
+    except ValidationError as e:
+        fail(f"--{str(e.errors()[0]['loc'][0]).replace('_', '-')}: {e.errors()[0]['msg']}")
+    except ValueError as e:  # a count that is not a number
+        fail(f"--demos: {e}")
+    path = extend.extend_micro_model(base, out, spec, work_dir=work_dir)
+    record = json.loads((path / micro_build.BUILD_RECORD).read_text())
+    console.print(f"[green]built[/] {path}  sha256(weights)={record['weights_sha256']}")
+    for name in ("probe_before", "probe"):
+        probe = record[name]["apply_probability"]
+        console.print(f"{name.replace('_', ' ')} (P(applied) under h0 -> hK): " + "; ".join(
+            f"{f} {p['h0']:.2f} -> {p['hK']:.2f}" for f, p in sorted(probe.items())))
+
+
 @serve_app.command("start")
 def serve_start(
     model: Annotated[Path, typer.Option(help="Model directory.")],

@@ -78,8 +78,8 @@ _TAIL = ("a AS (SELECT DISTINCT sid, ts, value FROM {source} WHERE ts >= '{start
 _FLAG_OUTSIDE = "value < lo OR value > hi OR (k.bounds_normal = 0 AND (value = lo OR value = hi))"
 
 
-def applies(instance: TaskInstance) -> bool:
-    return True  # every instance: the program covers both difficulties
+def applies(instance: TaskInstance, program: str = "paste") -> bool:
+    return True  # every instance, under every program: each covers both difficulties
 
 
 def report_sql(params_text: str, hard: bool, start: str, end: str, bounds_normal: bool = True,

@@ -98,17 +98,30 @@ def _taken(messages: Sequence[Any]) -> set[str]:
     return set(re.findall(rf"[{_WORD_CHAR}-]+", text)) | set(re.findall(rf"[{_WORD_CHAR}]+", text))
 
 
-def substitute(messages: Sequence[Any], olds: Sequence[str], fresh: Fresh, rng: random.Random,
+def fresh_like(old: str) -> Fresh:
+    """Fresh values shaped like `old`: capitals for a code of capitals (a currency), else an identifier."""
+    if old.isalpha() and old.isupper():
+        def code(rng: random.Random, taken: set[str]) -> str:
+            while (value := "".join(rng.choices(string.ascii_uppercase, k=len(old)))) in taken:
+                pass
+            taken.add(value)
+            return value
+        return code
+    return _fresh_name
+
+
+def substitute(messages: Sequence[Any], olds: Sequence[str], fresh: Fresh | Sequence[Fresh], rng: random.Random,
                taken: set[str] | None = None) -> tuple[list[Any], list[str]]:
     """`messages` with every word-bounded occurrence of each of `olds` replaced by a value `fresh` draws (never
-    a token of the messages), consistently; and the new values."""
+    a token of the messages), consistently; and the new values. `fresh`: one drawer, or one per old value."""
     taken = _taken(messages) if taken is None else taken
-    news = [fresh(rng, taken) for _ in olds]
+    drawers = [fresh] * len(olds) if callable(fresh) else list(fresh)
+    news = [draw(rng, taken) for draw in drawers]
     subs = [(_pattern(old), new) for old, new in zip(olds, news)]
     return [_replace(m, subs) for m in messages], news
 
 
-def substituted_copies(trajectory: Any, olds: Sequence[str], fresh: Fresh,
+def substituted_copies(trajectory: Any, olds: Sequence[str], fresh: Fresh | Sequence[Fresh],
                        k: int, rng: random.Random, suffix: str) -> list[Any]:
     """`k` copies of a `Trajectory` with every word-bounded occurrence of each of `olds` replaced by a value
     `fresh` draws (never a token of the original conversation), consistently across all messages."""

@@ -65,9 +65,10 @@ class MicroSpec(BaseModel):
         default="paste", description="anomaly_detection's show-your-work program (tasks/anomaly_detection/"
                                      "show_work.py): the parameter file pasted, each range as a VALUES row, or "
                                      "the VALUES rows after a first line that is the decision (flag)")
-    refactor_program: Literal["grep", "flag"] = Field(
-        default="grep", description="code_refactor's rename program (tasks/code_refactor/show_work.py): the scope "
-                                    "after the old name (grep) or a first-word flag `tests=1|0` (flag)")
+    refactor_program: Literal["grep", "flag", "kinds"] = Field(
+        default="grep", description="code_refactor's program (tasks/code_refactor/show_work.py): renames with the "
+                                    "scope after the old name (grep) or a first-word flag `tests=1|0` (flag); "
+                                    "kinds: flag, and every other refactoring kind with the same flag")
     show_work: bool = Field(default=True, description="instances a show-your-work policy covers use it "
                                                       "(training/micro/policies.py) instead of the flawed policy")
     profile: str = Field(default="native", description="flawed/<family>@<profile> demonstrates")
@@ -141,7 +142,7 @@ def _indices(spec: MicroSpec, family: str) -> list[int]:
     fam, out, index = tasks.get(family), [], 1000
     while len(out) < n:
         inst = fam.generate(index)
-        if has_policy(inst) and (not easy or inst.difficulty == "easy"):
+        if has_policy(inst, spec.programs().get(family, "")) and (not easy or inst.difficulty == "easy"):
             out.append(index)
         index += 1
     return out
@@ -159,7 +160,7 @@ async def _demos_async(spec: MicroSpec, concurrency: int = 4, progress: bool = T
     async def one(family: str, index: int, label: str, harness: Any) -> tuple[str, Any]:
         fam = tasks.get(family)
         inst = fam.generate(index)
-        show = spec.show_work and has_policy(inst)
+        show = spec.show_work and has_policy(inst, spec.programs().get(family, ""))
         options = reading_options(family, spec.programs())
         model = ShowWorkClient(family, options) if show else ModelRole(model=f"flawed/{family}@{spec.profile}")
         async with sem:
@@ -365,8 +366,8 @@ def build_micro_model(out: Path, spec: MicroSpec = MicroSpec(), *, work_dir: Pat
     n_first = spec.reading.phase_pairs if spec.reading else 0
     report = pretrain(model, examples + pairs_batches[n_first:], cfg, work, progress=progress)
     points = _probe_points(spec, progress)
-    blocks = _reading_blocks(model, tokenizer, spec, pool, examples[:len(built.examples)], points, work, progress)
-    probe = _probe(model, tokenizer, points)
+    blocks = reading_blocks(model, tokenizer, spec, pool, examples[:len(built.examples)], points, work, progress)
+    probe = probe_record(model, tokenizer, points)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "micro_model_spec.json").write_text(spec.model_dump_json(indent=2))
@@ -396,7 +397,7 @@ def _probe_points(spec: MicroSpec, progress: bool) -> list[Any]:
     return probe_points(spec.families, spec.reading, spec.programs(), progress)
 
 
-def _probe(model: Any, tokenizer: Any, points: list[Any]) -> dict[str, Any] | None:
+def probe_record(model: Any, tokenizer: Any, points: list[Any]) -> dict[str, Any] | None:
     """The harness-dependence probe: P(applied action) under h0 and hK per family (None without points)."""
     if not points:
         return None
@@ -409,7 +410,7 @@ def _probe(model: Any, tokenizer: Any, points: list[Any]) -> dict[str, Any] | No
     return {"points": len(points), "seconds": round(time.perf_counter() - t0, 1), "apply_probability": result}
 
 
-def _reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, pool: list[Any], demo_examples: list[Any],
+def reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, pool: list[Any], demo_examples: list[Any],
                     points: list[Any], work: Path, progress: bool) -> list[dict[str, Any]]:
     """The reading blocks (`reading.blocks`), after the main phase, in order: each a share `block_pairs` of one
     family's minimal pairs drawn from `pool` (every family's for 'mixed') and the rest demonstrations (seeded),
@@ -434,13 +435,13 @@ def _reading_blocks(model: Any, tokenizer: Any, spec: MicroSpec, pool: list[Any]
                                  seed=seed, threads=spec.train.threads, checkpoint_every=100)
             return pretrain(model, examples, cfg, work / f"block_{i}", progress=progress)
 
-        report = _resumable_phase(model, work / f"block_{i}", "block", run)
+        report = resumable_phase(model, work / f"block_{i}", "block", run)
         out.append({"block": f"{name}:{steps}", "pairs": n_pairs, "first_loss": report.first_loss,
-                    "last_loss": report.last_loss, "wall_s": report.wall_s, "probe": _probe(model, tokenizer, points)})
+                    "last_loss": report.last_loss, "wall_s": report.wall_s, "probe": probe_record(model, tokenizer, points)})
     return out
 
 
-def _resumable_phase(model: Any, work: Path, name: str, run: Callable[[], PretrainReport]) -> PretrainReport:
+def resumable_phase(model: Any, work: Path, name: str, run: Callable[[], PretrainReport]) -> PretrainReport:
     """Train one phase into `model` with `run`, saving the weights as `work/model_after_<name>.pt`; a finished
     phase (its report and weights in `work`) is loaded instead, not run again."""
     import torch
@@ -470,7 +471,7 @@ def _copy_phase(model: Any, tokenizer: Any, spec: MicroSpec, work: Path, progres
                                spec.seed, spec.reading.records if spec.reading else 0.0)
         return pretrain(model, batches, cfg, work, progress=progress)
 
-    return _resumable_phase(model, work, "copy_phase", run)
+    return resumable_phase(model, work, "copy_phase", run)
 
 
 def _reading_phase(model: Any, spec: MicroSpec, demos: list[Any], pairs: list[Any], work: Path,
@@ -491,7 +492,7 @@ def _reading_phase(model: Any, spec: MicroSpec, demos: list[Any], pairs: list[An
         cfg = spec.train.model_copy(update={"steps": len(examples), "seed": spec.seed, "weight_anneal_to": 1.0})
         return pretrain(model, examples, cfg, work, progress=progress)
 
-    return _resumable_phase(model, work, "reading_phase", run)
+    return resumable_phase(model, work, "reading_phase", run)
 
 
 def _write_record(out: Path, spec: MicroSpec, model: Any, figures: DemoFigures, report: PretrainReport,

@@ -72,10 +72,12 @@ def policy(family: str, options: Mapping[str, Any] | None = None) -> Policy:
     return functools.partial(_modules()[family].next_action, **(options or {}))
 
 
-def has_policy(instance: TaskInstance) -> bool:
-    """Whether a show-your-work policy demonstrates this instance (else `flawed/<family>@native` does)."""
-    module = _modules().get(instance.family)
-    return module is not None and module.applies(instance)
+def has_policy(instance: TaskInstance, program: str = "") -> bool:
+    """Whether a show-your-work policy demonstrates this instance under `program` (the family's default when
+    empty; else `flawed/<family>@native` does)."""
+    from tasks import show_work
+
+    return show_work.covers(instance, program)
 
 
 def _draw_key(context: Mapping[str, Any] | None, seed: int | None) -> int | None:

@@ -78,12 +78,16 @@ class ReadingSpec(BaseModel):
 def augmentable(trajectory: Any) -> tuple[list[str], Any] | None:
     """(values to replace, their fresh-value drawer) of a demonstration whose values come from a small pool."""
     from tasks.code_refactor.show_work import rename_request
-    from training.micro.augment import fresh_code, fresh_name
+    from tasks.code_refactor.show_work_kinds import kind_values
+    from training.micro.augment import fresh_code, fresh_like, fresh_name
 
     inst = trajectory.instance
     if inst.family == "code_refactor":
         names = rename_request(inst)
-        return (list(names), fresh_name) if names else None
+        if names:
+            return list(names), fresh_name
+        values = kind_values(inst.instruction)  # the names a refactoring kind's program copies
+        return (values, [fresh_like(v) for v in values]) if values else None
     if inst.family == "anomaly_detection":
         ids = [s["id"] for s in inst.payload["sensors"]]
         return ids, fresh_code(ids[0])
@@ -160,7 +164,7 @@ def demonstrations(families: Sequence[str], indices: dict[str, list[int]], spec:
                    progress: bool = True) -> list[tuple[str, Any, frozenset[str]]]:
     """(label, Trajectory, applied items) of every demonstration, each under its own generated harness, in a
     fixed order (seeded), then the fresh-name and fresh-id copies (their applied items are the original's)."""
-    from training.micro.augment import renamed_copies
+    from training.micro.augment import renamed_copies, substituted_copies
     from training.micro.prompts import generate
     from tasks.code_refactor.show_work import rename_request
 
@@ -180,6 +184,13 @@ def demonstrations(families: Sequence[str], indices: dict[str, list[int]], spec:
         names = rename_request(traj.instance) if traj.instance.family == "code_refactor" else None
         if names:
             out.extend(("gen", t, knows) for t in renamed_copies(traj, *names, rename_copies, copies_rng))
+    kinds_rng = random.Random(f"kinds:{seed}")  # the other refactoring kinds ("kinds" program) alike
+    for _, traj, knows in list(out[:len(trajs)]):
+        found = augmentable(traj) if traj.instance.family == "code_refactor" and not rename_request(
+            traj.instance) else None
+        if found:
+            out.extend(("gen", t, knows) for t in substituted_copies(traj, found[0], found[1], rename_copies,
+                                                                      kinds_rng, "renamed"))
     id_rng = random.Random(f"reid:{seed}")
     for _, traj, knows in list(out[:len(trajs)]):
         out.extend(("gen", t, knows) for _, t in id_copies([("gen", traj)], spec.id_copies, id_rng))
@@ -256,7 +267,7 @@ def probe_points(families: Sequence[str], spec: ReadingSpec, programs: Mapping[s
         if family not in PROBE_ITEM:
             continue
         fam = tasks.get(family)
-        chosen = [i for i in range(20, 40) if has_policy(fam.generate(i))
+        chosen = [i for i in range(20, 40) if has_policy(fam.generate(i), programs.get(family, ""))
                   and (family not in spec.easy_only or fam.generate(i).difficulty == "easy")]
         for index in chosen[:spec.probe_instances]:
             jobs.append(episode(family, index, baseline(family), frozenset(), index, "micro-probe",
