@@ -132,17 +132,23 @@ RECIPES = {"m0": MicroSpec, "m1": m1_spec}  # name -> the spec `coevo model micr
 def _indices(spec: MicroSpec, family: str) -> list[int]:
     """The pretrain indices a family is demonstrated on: the first n (n = demos_per_family x weight), or, for a
     family in `show_work_only`, the first n that its show-your-work policy covers."""
-    import tasks
-    from training.micro.policies import has_policy
-
     n = max(1, round(spec.demos_per_family * spec.demo_weights.get(family, 1.0)))
     easy = spec.reading is not None and family in spec.reading.easy_only
     if family not in spec.show_work_only and not easy:
         return list(range(1000, 1000 + n))
-    fam, out, index = tasks.get(family), [], 1000
+    return covered_indices(family, n, spec.programs().get(family, ""), 1000, easy)
+
+
+def covered_indices(family: str, n: int, program: str, first: int, easy_only: bool) -> list[int]:
+    """The first `n` pretrain indices from `first` on that the family's show-your-work policy covers under
+    `program` (easy instances only with `easy_only`)."""
+    import tasks
+    from training.micro.policies import has_policy
+
+    fam, out, index = tasks.get(family), [], first
     while len(out) < n:
         inst = fam.generate(index)
-        if has_policy(inst, spec.programs().get(family, "")) and (not easy or inst.difficulty == "easy"):
+        if has_policy(inst, program) and (not easy_only or inst.difficulty == "easy"):
             out.append(index)
         index += 1
     return out

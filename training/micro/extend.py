@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from training.micro.build import (BUILD_RECORD, MicroSpec, probe_record, reading_blocks, resumable_phase,
-                                  weights_digest)
+from training.micro.build import (BUILD_RECORD, MicroSpec, covered_indices, probe_record, reading_blocks,
+                                  resumable_phase, weights_digest)
 from training.micro.reading import ReadingSpec
 from training.pretrain import PretrainConfig, PretrainReport
 
@@ -55,19 +55,6 @@ class ExtendSpec(BaseModel):
     @classmethod
     def _blocks(cls, blocks: tuple[str, ...]) -> tuple[str, ...]:
         return ReadingSpec(blocks=blocks).blocks  # the recipe's check, with the offending block named
-
-
-def _indices(family: str, n: int, program: str, first: int, easy_only: bool) -> list[int]:
-    import tasks
-    from training.micro.policies import has_policy
-
-    fam, out, index = tasks.get(family), [], first
-    while len(out) < n:
-        inst = fam.generate(index)
-        if has_policy(inst, program) and (not easy_only or inst.difficulty == "easy"):
-            out.append(index)
-        index += 1
-    return out
 
 
 def _demo_phase(model: Any, examples: list[Any], spec: ExtendSpec, threads: int, work: Path,
@@ -112,7 +99,7 @@ def extend_micro_model(base: Path, out: Path, spec: ExtendSpec = ExtendSpec(), *
     bspec = base_spec.model_copy(update={"reading": reading, "seed": spec.seed})  # the blocks' seeds
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = Qwen3ForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
-    indices = {f: _indices(f, n, programs.get(f, ""), spec.first_index, f in reading.easy_only)
+    indices = {f: covered_indices(f, n, programs.get(f, ""), spec.first_index, f in reading.easy_only)
                for f, n in spec.demos.items()}
     demos = demonstrations(list(spec.demos), indices, reading, spec.seed + 101, programs, spec.fresh_copies, progress)
     built = build_dataset([t for _, t, _ in demos], tokenizer, length=LengthRule(max_len=base_spec.max_len,

@@ -164,9 +164,8 @@ def demonstrations(families: Sequence[str], indices: dict[str, list[int]], spec:
                    progress: bool = True) -> list[tuple[str, Any, frozenset[str]]]:
     """(label, Trajectory, applied items) of every demonstration, each under its own generated harness, in a
     fixed order (seeded), then the fresh-name and fresh-id copies (their applied items are the original's)."""
-    from training.micro.augment import renamed_copies, substituted_copies
+    from training.micro.augment import substituted_copies
     from training.micro.prompts import generate
-    from tasks.code_refactor.show_work import rename_request
 
     rng = random.Random(f"reading:{seed}")
     jobs, applied = [], []
@@ -179,18 +178,12 @@ def demonstrations(families: Sequence[str], indices: dict[str, list[int]], spec:
                                 "micro-demo:showwork:gen", options(family, programs)))
     trajs = run_all(jobs, desc="micro demonstrations", progress=progress)
     out = [("gen", t, k) for t, k in zip(trajs, applied)]
-    copies_rng = random.Random(f"rename:{seed}")
+    copies_rng = random.Random(f"rename:{seed}")  # renames and the other refactoring kinds ("kinds" program)
     for _, traj, knows in list(out):
-        names = rename_request(traj.instance) if traj.instance.family == "code_refactor" else None
-        if names:
-            out.extend(("gen", t, knows) for t in renamed_copies(traj, *names, rename_copies, copies_rng))
-    kinds_rng = random.Random(f"kinds:{seed}")  # the other refactoring kinds ("kinds" program) alike
-    for _, traj, knows in list(out[:len(trajs)]):
-        found = augmentable(traj) if traj.instance.family == "code_refactor" and not rename_request(
-            traj.instance) else None
+        found = augmentable(traj) if traj.instance.family == "code_refactor" else None
         if found:
-            out.extend(("gen", t, knows) for t in substituted_copies(traj, found[0], found[1], rename_copies,
-                                                                      kinds_rng, "renamed"))
+            out.extend(("gen", t, knows) for t in substituted_copies(traj, *found, rename_copies, copies_rng,
+                                                                      "renamed"))
     id_rng = random.Random(f"reid:{seed}")
     for _, traj, knows in list(out[:len(trajs)]):
         out.extend(("gen", t, knows) for _, t in id_copies([("gen", traj)], spec.id_copies, id_rng))
