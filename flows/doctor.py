@@ -76,7 +76,7 @@ def _model_dir(config: RunConfig, root: Path) -> tuple[str, Path] | None:
 
 
 def diagnose(config: RunConfig, root: Path, gpus: GpuSpec | None = None, pass_rate: float = PAPER_PASS_RATE,
-             keys: bool = True) -> DoctorReport:
+             keys: bool = True, keep_rate: float = 1.0) -> DoctorReport:
     """Every check (module docstring); `keys=False` reports unset key variables as findings (a dry run away from
     the machine that will run it)."""
     found: list[Finding] = []
@@ -93,7 +93,7 @@ def diagnose(config: RunConfig, root: Path, gpus: GpuSpec | None = None, pass_ra
         found += check_servers(config, root, facts)
         found += check_lora(config, where[0], meta)
     found += check_roles(config, keys)
-    found += check_yield(config, pass_rate)
+    found += check_yield(config, pass_rate, keep_rate)
     found += check_gpus(config, root, gpus, facts)
     return DoctorReport(findings=found)
 

@@ -81,19 +81,20 @@ def role_needs(key: str, role: ModelRole) -> str:
     return "own" if provider in OWN else "served" if provider == "hosted_vllm" else "paid"
 
 
-def yield_estimate(config: RunConfig, pass_rate: float) -> tuple[int, int, int]:
-    """(student rollouts on the train split, the failures expected at `pass_rate`, corrections asked)."""
+def yield_estimate(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> tuple[int, int, int]:
+    """(student rollouts on the train split, the corrections expected: failures at `pass_rate` of which
+    `keep_rate` are kept, corrections asked)."""
     r = config.round
     assert r is not None
     rollouts = len(config.family_names()) * (r.data.instances or 20) * r.data.student_samples
-    return rollouts, round(rollouts * (1 - pass_rate)), r.data.corrections
+    return rollouts, round(rollouts * (1 - pass_rate) * keep_rate), r.data.corrections
 
 
-def samples_for(config: RunConfig, pass_rate: float) -> int:
-    """Student samples per train instance that yield the corrections asked at this pass rate."""
+def samples_for(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> int:
+    """Student samples per train instance that yield the corrections asked at this pass and keep rate."""
     r = config.round
     assert r is not None
-    per = len(config.family_names()) * (r.data.instances or 20) * (1 - pass_rate)
+    per = len(config.family_names()) * (r.data.instances or 20) * (1 - pass_rate) * keep_rate
     return math.ceil(r.data.corrections / per) if per > 0 else 0
 
 
@@ -249,19 +250,24 @@ def check_roles(config: RunConfig, keys: bool) -> list[Finding]:
     return out
 
 
-def check_yield(config: RunConfig, pass_rate: float) -> list[Finding]:
+def check_yield(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> list[Finding]:
+    """Enough failing samples for the corrections asked, at one correction per failure kept at `keep_rate` (1.0:
+    every failure's correction kept, an upper bound; the keep rule drops most of them: docs/results.md)."""
     if "corr" not in config.round.arms or "arm_data" not in config.round.stages:
         return []
-    rollouts, failures, asked = yield_estimate(config, pass_rate)
+    rollouts, expected, asked = yield_estimate(config, pass_rate, keep_rate)
     r = config.round
+    failures = round(rollouts * (1 - pass_rate))
+    kept = ("at most one correction each" if keep_rate >= 1.0 else
+            f"at a {keep_rate:.0%} keep rate ~{expected} corrections kept")
     text = (f"{len(config.family_names())} families x {r.data.instances or 20} train instances x "
             f"{r.data.student_samples} student samples = {rollouts} rollouts; at a {pass_rate:.1%} pass rate"
-            f"{PAPER_RATE_NOTE if pass_rate == PAPER_PASS_RATE else ''} ~{failures} fail, at most one correction each")
-    if failures >= asked:
+            f"{PAPER_RATE_NOTE if pass_rate == PAPER_PASS_RATE else ''} ~{failures} fail, {kept}")
+    if expected >= asked:
         return [Finding(level="ok", key="round.data.corrections", text=f"{text}: enough for the {asked} asked")]
     return [Finding(level="finding", key="round.data.corrections", text=(
-        f"{text}: ~{failures} < the {asked} asked; {samples_for(config, pass_rate)} samples per instance "
-        f"(round.data.student_samples) would give ~{asked}"))]
+        f"{text}: ~{expected} < the {asked} asked; {samples_for(config, pass_rate, keep_rate)} samples per "
+        f"instance (round.data.student_samples) would give ~{asked}"))]
 
 
 def check_gpus(config: RunConfig, root: Path, gpus: GpuSpec | None, facts: ModelFacts | None) -> list[Finding]:

@@ -98,6 +98,13 @@ def test_failure_5_the_correction_yield_is_a_finding(standins: dict[str, Path]) 
     report = diagnose(config("paper", standins["paper"], round__data__student_samples=8), REPO, GPUS)
     (finding,) = [f for f in report.findings if f.key == "round.data.corrections"]
     assert finding.level == "finding" and "1120 rollouts" in finding.text and "~246 < the 400 asked" in finding.text
+    # the keep rule drops most corrections: at a 26% keep rate the 13 samples that give ~400 failures keep ~104
+    paper = config("paper", standins["paper"])
+    (enough,) = [f for f in diagnose(paper, REPO, GPUS).findings if f.key == "round.data.corrections"]
+    (kept,) = [f for f in diagnose(paper, REPO, GPUS, keep_rate=0.26).findings if f.key == "round.data.corrections"]
+    assert enough.level == "ok" and "~400 fail, at most one correction each" in enough.text
+    assert kept.level == "finding" and "~400 fail, at a 26% keep rate ~104 corrections kept" in kept.text
+    assert "~104 < the 400 asked; 50 samples per instance" in kept.text
 
 
 def test_keys_budget_and_gpus_are_refused_by_name(standins: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:

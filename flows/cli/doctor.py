@@ -40,6 +40,10 @@ def doctor(
     pass_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="The student's pass rate on the train split "
                                                                     "the correction yield is estimated at (the "
                                                                     "paper's h*: 0.78).")] = 0.78,
+    keep_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="The share of failing samples whose "
+                                                                    "correction the keep rule keeps (1.0: every "
+                                                                    "one, an upper bound; the M1 exploration kept "
+                                                                    "58 of 222, 0.26: docs/results.md).")] = 1.0,
     weights: Annotated[Optional[Path], typer.Option(help="Read the student's config.json and tokenizer from this "
                                                          "directory instead of the config's (e.g. a copy of its "
                                                          "small files on a machine without the weights).")] = None,
@@ -61,7 +65,7 @@ def doctor(
     except ConfigError as e:
         lines += [f"REFUSED {line}" for line in str(e).splitlines()]
         refused += len(lines)
-    report = diagnose(cfg, root, gpus, pass_rate)
+    report = diagnose(cfg, root, gpus, pass_rate, keep_rate=keep_rate)
     lines += report.lines()
     for line in lines:
         typer.echo(line)
