@@ -157,6 +157,22 @@ def test_kinds_program_solves_every_refactoring_kind_and_its_flag_decides_the_te
         kind == "extract_function") * 2
 
 
+def test_m1_kinds_recipe_demonstrates_every_refactoring_kind_and_is_m1_otherwise() -> None:
+    # `--recipe m1-kinds`: M1's recipe whose code_refactor demonstrations cover all four kinds (M1's: renames only)
+    from training.micro.build import RECIPES, covered_indices, m1_spec
+
+    m1, kinds = m1_spec(), RECIPES["m1-kinds"]()
+    fam = tasks.get("code_refactor")
+    covered = covered_indices("code_refactor", 40, kinds.programs()["code_refactor"], 1000, easy_only=False)
+    assert {fam.generate(i).payload["spec"]["kind"] for i in covered} == {
+        "rename", "add_parameter", "extract_function", "move_module"}
+    assert {fam.generate(i).payload["spec"]["kind"]
+            for i in covered_indices("code_refactor", 40, m1.programs()["code_refactor"], 1000, False)} == {"rename"}
+    same = {"refactor_program", "demo_weights", "train"}
+    assert kinds.model_dump(exclude=same) == m1.model_dump(exclude=same)
+    assert kinds.train.model_dump(exclude={"steps"}) == m1.train.model_dump(exclude={"steps"})
+
+
 def test_kind_copies_replace_the_names_the_program_copies_with_fresh_ones_everywhere() -> None:
     # the kinds' names come from small pools (8 packages, 4 subpackages, 5 currencies): a copy with fresh values
     # leaves reading them from the instruction as the only way to write the program's first line

@@ -62,6 +62,15 @@ def _row(sub: pl.DataFrame, family: str, other: str) -> str:
     return f"| {family} | {cells[0]} | {cells[1]} | {diff} | {sig} |"
 
 
+def _by_kind(trajectories: list) -> str:
+    """`kind passed/episodes` of code_refactor episodes, per refactoring kind (the instance's spec)."""
+    from collections import Counter
+
+    kinds = [t.instance.payload["spec"]["kind"] for t in trajectories]
+    n, won = Counter(kinds), Counter(k for k, t in zip(kinds, trajectories) if t.verdict.score >= 1.0)
+    return ", ".join(f"{k} {won[k]}/{n[k]}" for k in sorted(n))
+
+
 FIRST_CALL = {"anomaly_detection": ("bucket_get", "describe_tables"), "code_refactor": ("shell",),
               "stock_alert": ("get_email_template",), "budget_approval": ("list_documents",),
               "payroll_audit": ("python",), "website_admin": ("goto",)}
@@ -96,6 +105,8 @@ def behaviour(root: Path) -> None:
                 copied = sum(any(old in str(c.arguments) for u in t.turns for c in u.tool_calls) for t, old in renames)
                 line += f"; rename episodes {len(renames)}, old name copied into a call in {copied}"
             print(line)
+            if family == "code_refactor":
+                print("    passed by refactoring kind: " + _by_kind(ts))
 
 
 if __name__ == "__main__":

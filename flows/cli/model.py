@@ -48,7 +48,8 @@ def model_micro(
     out: Annotated[Path, typer.Option(help="Output directory for weights, tokenizer, spec and build record.")],
     recipe: Annotated[str, typer.Option(
         help="m0: the mixture recipe of M0 (deploy/micro); m1: the harness-reading recipe of M1 (deploy/micro1: "
-             "generated harnesses, weighted minimal pairs, a wider model). Every option below defaults to the "
+             "generated harnesses, weighted minimal pairs, a wider model); m1-kinds: m1 with code_refactor "
+             "demonstrated on every refactoring kind (measured, not committed). Every option below defaults to the "
              "recipe's value (micro_model_spec.json of each committed student lists them).")] = "m0",
     seed: Annotated[int, typer.Option(help="Seed of the harnesses, the policy's misses, the init and the "
                                            "data order: same seed (same machine), byte-identical weights.")] = 0,
