@@ -81,13 +81,14 @@ def role_needs(key: str, role: ModelRole) -> str:
     return "own" if provider in OWN else "served" if provider == "hosted_vllm" else "paid"
 
 
-def yield_estimate(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> tuple[int, int, int]:
-    """(student rollouts on the train split, the corrections expected: failures at `pass_rate` of which
-    `keep_rate` are kept, corrections asked)."""
+def yield_estimate(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> tuple[int, int, int, int]:
+    """(student rollouts on the train split, the failures expected at `pass_rate`, the corrections kept of them
+    at `keep_rate`, corrections asked)."""
     r = config.round
     assert r is not None
     rollouts = len(config.family_names()) * (r.data.instances or 20) * r.data.student_samples
-    return rollouts, round(rollouts * (1 - pass_rate) * keep_rate), r.data.corrections
+    failures = rollouts * (1 - pass_rate)
+    return rollouts, round(failures), round(failures * keep_rate), r.data.corrections
 
 
 def samples_for(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> int:
@@ -255,9 +256,8 @@ def check_yield(config: RunConfig, pass_rate: float, keep_rate: float = 1.0) -> 
     every failure's correction kept, an upper bound; the keep rule drops most of them: docs/results.md)."""
     if "corr" not in config.round.arms or "arm_data" not in config.round.stages:
         return []
-    rollouts, expected, asked = yield_estimate(config, pass_rate, keep_rate)
+    rollouts, failures, expected, asked = yield_estimate(config, pass_rate, keep_rate)
     r = config.round
-    failures = round(rollouts * (1 - pass_rate))
     kept = ("at most one correction each" if keep_rate >= 1.0 else
             f"at a {keep_rate:.0%} keep rate ~{expected} corrections kept")
     text = (f"{len(config.family_names())} families x {r.data.instances or 20} train instances x "

@@ -4,8 +4,8 @@ tasks/code_refactor/show_work.py): add_parameter, extract_function and move_modu
 Each kind is three shell commands, the same text for every instance of the kind except the names it copies
 from the instruction, each copied once into a shell variable at the start of the command that needs it:
 1. a search of the references (`grep -rn`), 2. the change and a listing of what it left, 3. the tests.
-The search and the change open with the decision flag of the rename program, `tests=1; ` (the change reaches tests/ too)
-or `tests=0; ` (tests/ left out): the one token after the prompt that says `update_every_reference` or not.
+The search and the change open with the decision flag of the rename program, `tests=1; ` (the change reaches
+tests/ too) or `tests=0; ` (tests/ left out): the one token after the prompt that says `update_every_reference` or not.
 - add_parameter: a Python program (the shell's `python3 -`) adds `currency` to the function's signature and
   its text, passes `currency="CODE"` at every call (the closing parenthesis found by counting), and in tests/
   appends the code to every expected amount text; with `tests=0` the tests keep the old calls and fail.
