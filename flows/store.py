@@ -3,6 +3,7 @@
     runs/<run_id>/
       config.yaml                 the resolved config the run started from (extends merged, every default filled)
       state.json                  stage -> finished keys (human-readable; rewritten atomically)
+      code.json                   the git commit of every start and resume (flows/provenance.py)
       trajectories/<stage>/<key>.parquet         one row per trajectory (agents/tables/trajectories.py)
       trajectories/<stage>/<key>.turns.parquet   one row per turn, beside it
       harnesses/<harness id>.yaml                every harness a stored trajectory ran under, by content hash

@@ -172,6 +172,10 @@ def test_the_run_directory_keeps_the_resolved_config(tmp_path: Path, monkeypatch
     assert stored == resolved(cfg) and "extends" not in stored
     assert stored["round"]["correction"]["locator"] == "counterfactual"  # a default, filled in
     assert parse_config(stored) == cfg
+    from flows.provenance import code_version, read_starts
+
+    starts = read_starts(tmp_path / "runs" / "r-1")  # and runs/<id>/code.json: the commit this start ran
+    assert len(starts) == 1 and starts[0].commit == code_version(REPO).commit
 
 
 def test_config_show_prints_the_merged_file_and_resolved_every_default(tmp_path: Path) -> None:

@@ -129,6 +129,7 @@ def test_round_end_to_end_then_resume_skips_and_from_stage_recomputes(
     assert "| M_t on h*_{t-1} |" not in report  # round 0 starts from h0: no earlier h*
     assert "correction vs self-training (corr h* - self h*" in report
     assert "## Promotion gate" in report and "SIMULATED" in report and "## Cost and wall time per stage" in report
+    assert "- code: commit " in report or "- code: not a git checkout" in report  # runs/<id>/code.json
     (decision,) = PromotionRegistry.under(runs).decisions(run_id)
     assert decision.round == t and decision.reason.startswith(("PROMOTED", "NOT PROMOTED"))
     gate = state["gate"]["output"]

@@ -21,6 +21,7 @@ from flows.round.report_rows import row_views
 from flows.round.rows import rows_frame
 from flows.round.stages import PAIRS_PREFIX, AttributeRecord, EvolveRecord, grouped
 from flows.plan import harness_for
+from flows.provenance import describe
 from flows.store import atomic_write_text
 from harness import baseline
 from harness.diffs import diff
@@ -137,7 +138,7 @@ def build_report(ctx: RoundContext, tests: dict[str, EvalRecord], evolved: Evolv
               f"{ev.seeds} seeds, students sampled at T={ctx.r.temperature}",
               "training seeds": ctx.config.lora.seeds if ctx.config.trains else "-",
               "attributor": attributed.attributor if attributed is not None else "-",
-              "stages": ", ".join(ctx.r.stages)},
+              "stages": ", ".join(ctx.r.stages), "code": describe(ctx.store.root.parent.parent)},
         frame=frame, sections=[(s.title, s.markdown) for s in attributed.sections] if attributed is not None else [],
         edits=edits, search=search, gate=gate.model_dump() if gate is not None else {}, stages=stages,
         pairs=[(n, rec.label) for n, rec in tests.items() if n.startswith(PAIRS_PREFIX)],
