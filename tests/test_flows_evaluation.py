@@ -141,6 +141,7 @@ def test_fault_in_evaluate_then_resume_reuses_rollouts(tmp_path: Path, vllm_serv
     again = invoke(["report", run_id, "--runs-dir", str(tmp_path / "runs")])
     assert again.exit_code == 0, again.output
     assert "report.md" in again.output and "--from-stage report" in " ".join(again.output.split())
+    assert "code: commit " in again.output or "code: not a git checkout" in again.output  # runs/<id>/code.json
 
 
 def overall_cell(frame: pl.DataFrame) -> str:

@@ -22,6 +22,7 @@ from rich.console import Console
 from flows.config import ConfigError, RunConfig, load_config, parse_config, preflight
 from flows.local import configure_prefect_env
 from flows.cli.options import fail
+from flows.provenance import describe
 from flows.store import RunStore, check_run_id, new_run_id
 
 console = Console(soft_wrap=True)  # long paths stay on one line (copy-pasteable)
@@ -183,7 +184,8 @@ def report(
     run_id: Annotated[str, typer.Argument(help="A run id under runs/ (see `ls runs`).")],
     runs_dir: Annotated[str, typer.Option(help="Where runs live.")] = "runs",
 ) -> None:
-    """Where a run's pages are: each round's report.md (written by its `report` stage) and the run summary."""
+    """Where a run's pages are: each round's report.md (written by its `report` stage) and the run summary, and
+    the code it ran (the git commit of each start and resume, runs/<id>/code.json)."""
     try:
         RunStore.open_existing(runs_dir, run_id)
     except (FileNotFoundError, ValueError) as e:  # no such run; a run id that is a path ('..')
@@ -191,6 +193,7 @@ def report(
     pages = sorted((Path(runs_dir) / run_id / "rounds").glob("r*/reports/report.md"))
     if not pages:
         fail(f"run {run_id} has no round report yet; finish it with: coevo run --resume {run_id} --runs-dir {runs_dir}")
+    console.print(f"code: {describe(Path(runs_dir) / run_id)}", markup=False, highlight=False)
     for page in pages:
         console.print(f"round {page.parent.parent.name}: {page.resolve()}", markup=False, highlight=False)
     console.print(f"summary: {(Path(runs_dir) / run_id / 'reports' / 'summary.md').resolve()}", markup=False,
