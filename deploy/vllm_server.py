@@ -22,6 +22,8 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deploy.compile_cache import remove_broken_entry
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 GPU_VLLM_PYTHON = REPO_ROOT / ".venv-vllm-gpu" / "bin" / "python"  # `make setup GPU=1` (docs/gpu.md)
@@ -216,14 +218,29 @@ def start_server(
     python: Path | None = None,
     ready_timeout_s: float = 300.0,
 ) -> ServerHandle:
-    """Start a server and block until `/v1/models` answers. Raises with the log tail if it dies."""
+    """Start a server and block until `/v1/models` answers. Raises with the log tail if it dies; a start that died
+    on a compile-cache entry a killed compile left truncated removes that entry and starts once more
+    (deploy/compile_cache.py)."""
     python = python or vllm_python(spec.device)
     if not Path(python).exists():
         raise ServerStartError(f"{python} not found: run `make setup` to create .venv-vllm")
-    key = spec.api_key()
-    if is_ready(spec.api_base, api_key=key):
+    if is_ready(spec.api_base, api_key=spec.api_key()):
         raise ServerStartError(f"port {spec.port} already serves a model; stop it or pick another --port")
     state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _launch(spec, state_dir, python, ready_timeout_s)
+    except ServerStartError:
+        log = state_dir / f"{spec.port}.log"
+        removed = remove_broken_entry(log.read_text(errors="replace")) if log.exists() else None
+        if removed is None:
+            raise
+        print(f"vLLM died on a truncated compile-cache entry; removed {removed}, starting again (it recompiles)",
+              file=sys.stderr)
+        return _launch(spec, state_dir, python, ready_timeout_s)
+
+
+def _launch(spec: ServeSpec, state_dir: Path, python: Path, ready_timeout_s: float) -> ServerHandle:
+    key = spec.api_key()
     log_path = state_dir / f"{spec.port}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
