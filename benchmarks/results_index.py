@@ -164,12 +164,19 @@ def _written_tests_cost(rows: list) -> str:
             + "; sandboxed CPU s " + ", ".join(_n(r["cpu_s_sandboxed"], 1) for r in rows))
 
 
+def _seed_determinism(d: dict) -> str:
+    """How many seeded requests sampled the same tokens alone twice, and alone against in a batch."""
+    a, b = d["alone_twice"], d["alone_vs_batched"]
+    return (f"{a['identical']}/{a['of']} identical alone twice, {b['identical']}/{b['of']} alone vs with "
+            f"{d['beside']} beside ({d['new_tokens']} tokens, T=0.7)")
+
+
 EXTRACTORS: dict[str, Callable[[Any], str]] = {
     "browser_rollout": _browser_rollout, "client_cpu": _client_cpu, "correction_ablation": _correction_ablation,
     "correction_throughput": _correction_throughput, "decode_limit": _decode_limit, "evolution_flawed": _evolution,
     "evolution_micro": _evolution, "evolution_micro3": _evolution, "gate_power": _gate_power, "gpu_check": _gpu_check,
     "rollout_throughput": _rollout_throughput,
-    "round_profile": _round_profile, "storage": _storage, "train_throughput": _train_throughput,
+    "round_profile": _round_profile, "seed_determinism": _seed_determinism, "storage": _storage, "train_throughput": _train_throughput,
     "written_tests_cost": _written_tests_cost,
 }
 
