@@ -176,7 +176,8 @@ EXTRACTORS: dict[str, Callable[[Any], str]] = {
     "correction_throughput": _correction_throughput, "decode_limit": _decode_limit, "evolution_flawed": _evolution,
     "evolution_micro": _evolution, "evolution_micro3": _evolution, "gate_power": _gate_power, "gpu_check": _gpu_check,
     "rollout_throughput": _rollout_throughput,
-    "round_profile": _round_profile, "seed_determinism": _seed_determinism, "storage": _storage, "train_throughput": _train_throughput,
+    "round_profile": _round_profile, "seed_determinism": _seed_determinism, "storage": _storage,
+    "train_throughput": _train_throughput,
     "written_tests_cost": _written_tests_cost,
 }
 

@@ -55,13 +55,18 @@ class Progress:
         return text
 
 
-def run_emitter(fallback: logging.Logger) -> Callable[[str], object]:
-    """Where progress lines go: the Prefect run logger inside a flow or task (terminal and dashboard), else
-    `fallback` (scripts and benchmarks that call a stage's code outside Prefect)."""
+def run_logger(fallback: logging.Logger) -> logging.Logger | logging.LoggerAdapter:
+    """The Prefect run logger inside a flow or task (terminal and dashboard), else `fallback` (scripts and
+    benchmarks that call a stage's code outside Prefect)."""
     from prefect import get_run_logger
     from prefect.exceptions import MissingContextError
 
     try:
-        return get_run_logger().info
+        return get_run_logger()
     except MissingContextError:
-        return fallback.info
+        return fallback
+
+
+def run_emitter(fallback: logging.Logger) -> Callable[[str], object]:
+    """Where progress lines go: `run_logger(fallback)`'s INFO."""
+    return run_logger(fallback).info

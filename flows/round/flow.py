@@ -28,10 +28,10 @@ from typing import Any, Callable
 from prefect import flow, get_run_logger
 from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
                                create_table_artifact, update_progress_artifact)
-from prefect.exceptions import MissingContextError
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.config import ConfigError, RunConfig, load_config, preflight, resolved
+from flows.progress import run_logger
 from flows.provenance import record_start
 from flows.round.budget import BudgetSpent, spent_usd
 from flows.round.context import RoundContext, RoundState, round_store
@@ -144,16 +144,8 @@ def run_rounds(config: RunConfig, rounds: int = 1, run_id: str | None = None, fr
         run.save_config(resolved(config))  # the merged config, every default filled
         moved = record_start(run.root, base)  # runs/<id>/code.json: the commit of this start
         if moved is not None:
-            _warn(moved)
+            run_logger(logging.getLogger(__name__)).warning(moved)
         return _rounds_locked(config, run, rounds, from_stage, base)
-
-
-def _warn(message: str) -> None:
-    """The flow run's logger inside a flow, the module's outside one (a direct `run_rounds` call)."""
-    try:
-        get_run_logger().warning(message)
-    except MissingContextError:
-        logging.getLogger(__name__).warning(message)
 
 
 def _refuse_placement(config: RunConfig, base: Path) -> None:
