@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,28 +18,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from typer.testing import CliRunner
 
 from agents.pool.driver import RolloutPool
 from agents.records import ModelRole
 from agents.rollout import Limits
-from flows.cli import app
 from flows.evolution import EvolveSettings, run_evolution
 from flows.store import RunStore
 from harness.evolution import SearchConfig, read_lineage
 from harness.evolution.cache import read_results
 from harness.evolution.proposer import read_ledger
+from tests.prefect_helpers import invoke, prefect_server, vllm_requests
 
 pytestmark = pytest.mark.vllm
 FAMILY = "payroll_audit"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def vllm_requests(api_base: str) -> float:
-    text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
-    return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
 def settled_requests(api_base: str, quiet_s: float = 3.0) -> float:
@@ -88,11 +80,8 @@ def test_tiny_llm_reflector_invalid_proposals_are_rejected_and_counted(tmp_path:
 
 @pytest.fixture(scope="module")
 def prefect_api() -> Iterator[str]:
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=240):
-        yield str(PREFECT_API_URL.value())
+    with prefect_server() as api:
+        yield api
 
 
 def _args(api_base: str, out: Path) -> list[str]:
@@ -100,14 +89,6 @@ def _args(api_base: str, out: Path) -> list[str]:
             "--reflector", "library", "--seeds", "1", "--budget-rollouts", "9", "--out", str(out),
             "--minibatch", "1", "--train-n", "3", "--val-n", "2", "--max-turns", "2", "--max-tokens", "16",
             "--tool-choice", "required", "--actors", "1"]
-
-
-def _invoke(args: list[str]):  # noqa: ANN202 - click's Result
-    from prefect.logging.configuration import setup_logging
-
-    result = CliRunner().invoke(app, args)
-    setup_logging(incremental=False)  # Prefect's console handler keeps the stream CliRunner closed
-    return result
 
 
 def _cache(out: Path) -> Path:
@@ -119,7 +100,7 @@ def test_killed_search_resumes_with_zero_repeated_rollouts(tmp_path: Path, vllm_
     import ray
 
     # an uninterrupted search: the reference
-    ref = _invoke(_args(vllm_server, tmp_path / "ref"))
+    ref = invoke(_args(vllm_server, tmp_path / "ref"))
     assert ref.exit_code == 0, ref.output
     assert "h_star.yaml" in ref.output and "rollouts run" in ref.output
     ref_results = read_results(_cache(tmp_path / "ref"))
@@ -150,7 +131,7 @@ def test_killed_search_resumes_with_zero_repeated_rollouts(tmp_path: Path, vllm_
     assert 3 <= len(cached_at_kill) < len(ref_results)
     before = settled_requests(vllm_server)
 
-    resumed = _invoke([*_args(vllm_server, out), "--resume"])
+    resumed = invoke([*_args(vllm_server, out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     after = vllm_requests(vllm_server)
     results = read_results(_cache(out))
@@ -163,9 +144,9 @@ def test_killed_search_resumes_with_zero_repeated_rollouts(tmp_path: Path, vllm_
     assert (evo / "h_star.yaml").read_text() == (evo_ref / "h_star.yaml").read_text()
 
     # a second --resume of a finished search runs nothing
-    again = _invoke([*_args(vllm_server, out), "--resume"])
+    again = invoke([*_args(vllm_server, out), "--resume"])
     assert again.exit_code == 0 and vllm_requests(vllm_server) == after
     assert "rollouts run 0" in " ".join(again.output.split())
     # starting over a stored search without --resume is refused, naming the way out
-    refused = _invoke(_args(vllm_server, out))
+    refused = invoke(_args(vllm_server, out))
     assert refused.exit_code == 2 and "already holds a search" in refused.output

@@ -20,6 +20,7 @@ import pytest
 from agents.tables.trajectories import read_frame
 from flows.config import ConfigError, parse_config
 from flows.store import RunStore, new_run_id
+from tests.prefect_helpers import prefect_server
 
 FAMILIES = ["budget_approval"]  # the flawed student fails it often, quickly (no browser, no sandbox)
 CATEGORIES = {"tool_use", "instruction_following", "implicit_knowledge", "long_context", "planning",
@@ -28,9 +29,7 @@ CATEGORIES = {"tool_use", "instruction_following", "implicit_knowledge", "long_c
 
 @pytest.fixture(scope="module", autouse=True)
 def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=240):
+    with prefect_server():
         yield
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import signal
 import statistics
 import threading
@@ -21,17 +20,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import polars as pl
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from agents.tables.trajectories import read_frame
 from deploy.vllm_server import free_port, is_ready
-from flows.cli import app
 from flows.config import parse_config
 from flows.store import RunStore
+from tests.prefect_helpers import invoke, prefect_server, reset_prefect_logging, vllm_requests
 
 pytestmark = pytest.mark.vllm
 FAMILIES = ["payroll_audit", "anomaly_detection"]  # quick environments; the flow is the subject here
@@ -39,35 +36,14 @@ FAMILIES = ["payroll_audit", "anomaly_detection"]  # quick environments; the flo
 
 @pytest.fixture(scope="module", autouse=True)
 def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=240):
+    with prefect_server():
         yield
-
-
-def _reset_prefect_logging() -> None:
-    """Prefect's console handler keeps the stderr it saw at setup; CliRunner closes its own after each invoke."""
-    from prefect.logging.configuration import setup_logging
-
-    setup_logging(incremental=False)
 
 
 @pytest.fixture(autouse=True)
 def fresh_prefect_logging() -> Iterator[None]:
-    _reset_prefect_logging()
+    reset_prefect_logging()
     yield
-
-
-def invoke(args: list[str]):  # noqa: ANN201 - click's Result
-    result = CliRunner().invoke(app, args)
-    _reset_prefect_logging()
-    return result
-
-
-def vllm_requests(api_base: str) -> float:
-    """Finished requests the server has counted (its Prometheus counter), all labels summed."""
-    text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
-    return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
 def _config(tmp_path: Path, api_base: str, **extra: object) -> dict:

@@ -20,11 +20,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from agents.tables.trajectories import read_frame
-from flows.cli import app
 from flows.store import RunStore
+from tests.prefect_helpers import invoke, prefect_server
 
 pytestmark = pytest.mark.slow
 FAMILY = "payroll_audit"
@@ -33,23 +32,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module", autouse=True)
 def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=240):
+    with prefect_server():
         yield
-
-
-def _reset_prefect_logging() -> None:
-    from prefect.logging.configuration import setup_logging
-
-    setup_logging(incremental=False)
-
-
-def invoke(args: list[str]):  # noqa: ANN201 - click's Result
-    _reset_prefect_logging()
-    result = CliRunner().invoke(app, args)
-    _reset_prefect_logging()
-    return result
 
 
 def _run(tmp: Path, name: str, student: str, stages: list[str], family: str = FAMILY, n: int = 3,

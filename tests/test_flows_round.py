@@ -24,39 +24,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from agents.tables.trajectories import read_frame
-from flows.cli import app
 from flows.ops.registry import PromotionRegistry
 from flows.round.lock import LOCK_FILE, LockHeld, RunLock
 from flows.round.train import _step_progress
 from flows.round.config import DEFAULT_STAGES, RoundConfig
 from flows.store import RunStore, list_runs
+from tests.prefect_helpers import invoke, prefect_server, reset_prefect_logging, vllm_requests
 from training.lora import SUMMARY_FILE, StepLog, TrainSummary
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILY = "anomaly_detection"  # a quick environment; the oracle needs 5 turns
-
-
-def _reset_prefect_logging() -> None:
-    from prefect.logging.configuration import setup_logging
-
-    setup_logging(incremental=False)
-
-
-def invoke(args: list[str]):  # noqa: ANN201 - click's Result
-    result = CliRunner().invoke(app, args)
-    _reset_prefect_logging()
-    return result
-
-
-def vllm_requests(api_base: str) -> float:
-    text = httpx.get(api_base.removesuffix("/v1") + "/metrics", timeout=10).text
-    return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
 def round_config(tmp_path: Path, api_base: str, weights: Path) -> dict:
@@ -95,10 +76,8 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture
 def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=240):
-        _reset_prefect_logging()
+    with prefect_server():
+        reset_prefect_logging()
         yield
 
 

@@ -19,6 +19,7 @@ from flows.ops.nightly import MIN_DROP, regressed
 from flows.ops.registry import NightlyScore, Promotion, PromotionRegistry
 from harness import baseline
 from tests.ops_helpers import FAMILY, child_env, coevo, small_config
+from tests.prefect_helpers import prefect_server
 
 
 WORSE = f"flawed/{FAMILY}@native+finish_early=1"  # the native profile that always stops at its first turn
@@ -83,8 +84,6 @@ def test_nightly_twice_flags_the_worse_student(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_flow_fails_on_a_regression_after_recording(tmp_path: Path) -> None:
-    from prefect.testing.utilities import prefect_test_harness
-
     from flows.ops.nightly import NightlyRegression, nightly_evaluation
 
     runs = tmp_path / "runs"
@@ -92,7 +91,7 @@ def test_the_flow_fails_on_a_regression_after_recording(tmp_path: Path) -> None:
     worse = _promote(reg, WORSE, tmp_path / "h.yaml", 1)
     reg.record_nightly(NightlyScore(family=FAMILY, student=worse.student, harness_id=worse.harness_id,
                                     run_id="earlier", night="2026-11-30", mean=1.0, n=10))
-    with prefect_test_harness(server_startup_timeout=240), pytest.raises(NightlyRegression, match=FAMILY):
+    with prefect_server(), pytest.raises(NightlyRegression, match=FAMILY):
         nightly_evaluation(runs_dir=str(runs), config_path=str(small_config(tmp_path)), night="2026-12-01")
     assert reg.nightly(FAMILY)[-1].night == "2026-12-01"  # recorded before failing
     assert (runs / "nightly" / "2026-12-01.md").exists()
