@@ -369,3 +369,26 @@ def test_a_run_stored_before_the_evidence_gate_still_loads_with_the_gate_apart_f
     store.save_config(old)
     kept = parse_config(store.load_config_dict(), str(store.root / "config.yaml"))
     assert kept.round.gate_instances() == (10, 10) and kept.round.search == config.round.search
+
+
+def test_dry_run_prints_the_newest_finished_round_of_a_run_of_this_name(tmp_path: Path) -> None:
+    from flows.round.plan import measured_rounds
+
+    config = load_config(REPO / "deploy/configs/local.yaml").model_copy(update={"runs_dir": "runs"})
+    runs = tmp_path / "runs"
+    assert measured_rounds(config, tmp_path) == []  # no runs: nothing claimed, nothing created
+    assert not runs.exists()
+
+    def run(run_id: str, name: str, rounds: dict[str, list[float]]) -> None:
+        store = RunStore(runs, run_id)
+        store.save_config({"name": name})
+        for t, walls in rounds.items():
+            store.mark_done("rounds", t, {"stages": [{"stage": f"s{i}", "wall_s": w} for i, w in enumerate(walls)]})
+
+    run("20261201-000000-local", config.name, {"r0": [60.0, 120.0]})
+    run("20261202-000000-local", config.name, {"r0": [600.0, 60.0], "r1": [1200.0, 600.0, 180.0, 60.0]})
+    run("20261203-000000-other", "other", {"r0": [6000.0]})  # newer, another config's name
+    run("20261204-000000-local", config.name, {})  # newest of this name, no round finished yet
+    assert measured_rounds(config, tmp_path) == [
+        "measured: run 20261202-000000-local, round r1: 34 min of stage time (s0 20, s1 10, s2 3 min; on the "
+        "machine and load that ran it)"]

@@ -20,6 +20,7 @@ from flows.placement import check_lora_serving, check_placement
 from flows.round.config import RoundConfig
 from training.targets import model_layout
 from flows.round.context import correction_expert
+from flows.store import RunStore, list_runs
 
 LOCAL = ("oracle/", "flawed/", "showwork/")
 # Seconds per rollout by model kind, divided by the rollouts that run at once. A CPU-served student is bounded by its
@@ -249,6 +250,29 @@ def _plan_roles(config: RunConfig) -> dict[str, ModelRole | None]:
     return roles
 
 
+def measured_rounds(config: RunConfig, root: Path) -> list[str]:
+    """The estimate's check: the stage seconds of the newest finished round of the newest run under `runs_dir`
+    with this config's name (the rough figure above is often off by a factor of 2-3 on a CPU server)."""
+    runs = root / config.runs_dir
+    for run_id in reversed(list_runs(runs)):
+        try:
+            store = RunStore.open_existing(runs, run_id)
+            name = store.load_config_dict().get("name")
+            rounds = store.done("rounds")
+        except (OSError, ValueError, yaml.YAMLError):
+            continue  # a run this code cannot read is no measurement
+        if name != config.name or not rounds:
+            continue
+        t, rec = max(rounds.items(), key=lambda kv: int(kv[0].removeprefix("r")))
+        stages = [s for s in rec.get("stages", []) if s.get("wall_s")]
+        wall = sum(s["wall_s"] for s in stages)
+        longest = sorted(stages, key=lambda s: -s["wall_s"])[:3]
+        return [f"measured: run {run_id}, round {t}: {wall / 60:.0f} min of stage time ("
+                + ", ".join(f"{s['stage']} {s['wall_s'] / 60:.0f}" for s in longest)
+                + " min; on the machine and load that ran it)"]
+    return []
+
+
 def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     """The dry-run: stages, rollouts and model calls per role, LoRA runs, time and API cost, checks."""
     r: RoundConfig = config.round
@@ -294,6 +318,7 @@ def plan_round(config: RunConfig, root: Path, rounds: int = 1) -> RoundPlan:
     lines += check_placement(config, root).lines
     lines += _doctor(config, root, errors)
     lines.append(f"estimate per round (rough): {total_s / 60:.0f} min wall; x{rounds} rounds = {rounds * total_s / 3600:.1f} h")
+    lines += measured_rounds(config, root)
     lines.append(f"API cost estimate per round: ${cost:.2f}" + (f" + unknown for {', '.join(sorted(unknown))} (set "
                  "input/output_cost_per_token on those roles)" if unknown else "")
                  + (f"; run budget ${r.budget_usd:.2f}" if r.budget_usd else "; no run budget set"))
