@@ -372,6 +372,7 @@ def test_a_run_stored_before_the_evidence_gate_still_loads_with_the_gate_apart_f
 
 
 def test_dry_run_prints_the_newest_finished_round_of_a_run_of_this_name(tmp_path: Path) -> None:
+    """A round stopped after its search (its arm stages not run) is no measurement of a round."""
     from flows.round.plan import measured_rounds
 
     config = load_config(REPO / "deploy/configs/local.yaml").model_copy(update={"runs_dir": "runs"})
@@ -379,14 +380,16 @@ def test_dry_run_prints_the_newest_finished_round_of_a_run_of_this_name(tmp_path
     assert measured_rounds(config, tmp_path) == []  # no runs: nothing claimed, nothing created
     assert not runs.exists()
 
-    def run(run_id: str, name: str, rounds: dict[str, list[float]]) -> None:
+    def run(run_id: str, name: str, rounds: dict[str, list[float]], stopped: str = "") -> None:
         store = RunStore(runs, run_id)
         store.save_config({"name": name})
         for t, walls in rounds.items():
-            store.mark_done("rounds", t, {"stages": [{"stage": f"s{i}", "wall_s": w} for i, w in enumerate(walls)]})
+            store.mark_done("rounds", t, {"stages": [{"stage": f"s{i}", "wall_s": w} for i, w in enumerate(walls)],
+                                          "stopped": stopped if t == max(rounds) else ""})
 
     run("20261201-000000-local", config.name, {"r0": [60.0, 120.0]})
-    run("20261202-000000-local", config.name, {"r0": [600.0, 60.0], "r1": [1200.0, 600.0, 180.0, 60.0]})
+    run("20261202-000000-local", config.name, {"r0": [600.0, 60.0], "r1": [1200.0, 600.0, 180.0, 60.0],
+                                               "r2": [30.0, 40.0]}, stopped="r2's search accepted no edit")
     run("20261203-000000-other", "other", {"r0": [6000.0]})  # newer, another config's name
     run("20261204-000000-local", config.name, {})  # newest of this name, no round finished yet
     assert measured_rounds(config, tmp_path) == [

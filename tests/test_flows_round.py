@@ -377,6 +377,37 @@ def test_a_round_that_changed_nothing_is_not_run_again(tmp_path: Path) -> None:
     assert repeats(ctx) is None  # a new student
 
 
+def test_a_round_whose_search_changes_nothing_after_a_round_that_did_not_promote_stops_after_its_search(
+        tmp_path: Path) -> None:
+    """Round 0 not promoted (but an edit accepted, so round 1 runs); round 1's search from h*_0 accepts nothing:
+    round 1's arms would be round 0's again. A promoted round 0, or an edit in round 1, lets round 1 go on."""
+    from flows.config import load_config
+    from flows.round.context import RoundContext, round_store
+    from flows.round.next import first_state, next_round, repeats, search_repeats
+
+    config = load_config(REPO / "deploy/configs/local.yaml")
+    run = RunStore(tmp_path / "runs", "r-search-repeat")
+    state, cfg = first_state(config, run, REPO)
+    r0 = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
+    none = {f: {"accepted_edits": []} for f in cfg.family_names()}
+    edited = {**none, "payroll_audit": {"accepted_edits": [{"op": "insert_section"}]}}
+    r0.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r0.h_star_dir), "families": edited}})
+    no_gain = "NOT PROMOTED: no gain (paired -0.001 [-0.017, +0.014])"
+    r0.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": "", "reason": no_gain}})
+    assert repeats(r0) is None and search_repeats(r0, None) is None  # round 0 has no round before it
+    s1, c1 = next_round(r0, run)
+    r1 = RoundContext(config=c1, store=round_store(run.root, 1), base=REPO, state=s1)
+    assert search_repeats(r1, r0) is None  # round 1's search has not run yet
+    r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": none}})
+    why = search_repeats(r1, r0)
+    assert why is not None and "h*_1 = h*_0" in why and no_gain in why and "stops after round 1's search" in why
+    r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": edited}})
+    assert search_repeats(r1, r0) is None  # h*_1 differs from h*_0: new arms
+    r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": none}})
+    r0.store.mark_done("round", "gate", {"output": {"promoted": True, "merged_dir": "m", "reason": "PROMOTED"}})
+    assert search_repeats(r1, r0) is None  # M_1 is a new student: its arms are new
+
+
 def test_the_self_arm_is_exactly_the_correction_sets_own_successes(tmp_path: Path) -> None:
     from agents.records import Trajectory, TurnRecord
     from flows.config import load_config

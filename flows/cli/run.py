@@ -136,7 +136,8 @@ def _run_rounds(cfg: RunConfig, run_id: str, rounds: int, from_stage: Optional[s
     for r in result.rounds:
         _print_table(r.t, r.table)
         console.print(f"round {r.t} ({r.student}): {r.decision}", markup=False, highlight=False)
-        console.print(f"  report: {r.report_path}", markup=False, highlight=False)
+        if r.report_path:
+            console.print(f"  report: {r.report_path}", markup=False, highlight=False)
     console.print(f"run directory: {result.run_dir}; API spent ${result.spent_usd:.2f}")
     if result.message:
         console.print(result.message, markup=False, highlight=False)

@@ -37,7 +37,7 @@ from flows.round.budget import BudgetSpent, spent_usd
 from flows.round.context import RoundContext, RoundState, round_store
 from flows.round.config import STAGES
 from flows.round.lock import RunLock
-from flows.round.next import first_state, next_round, repeats
+from flows.round.next import first_state, next_round, repeats, search_repeats
 from flows.round.reporting import ReportRecord
 from flows.round.runner import StageRunner
 from flows.store import RunStore, new_run_id
@@ -51,6 +51,8 @@ class RoundResult(BaseModel):
     report_path: str = ""
     promoted: bool | None = None
     decision: str = ""
+    stopped: str = Field(default="", description="Why the round stopped after its search (its remaining stages "
+                         "would repeat the previous round's), or '' when it ran every stage.")
     stages: list[dict[str, Any]] = Field(default_factory=list)
     server_restarts: list[dict[str, Any]] = Field(default_factory=list, description="Servers the round's server "
                                                   "scope restarted (server, stage, reason).")
@@ -64,27 +66,34 @@ class RunResult(BaseModel):
     run_dir: str
     status: str = Field(description="'done' or 'budget_spent' (resumable).")
     message: str = Field(default="", description="Why the run ended early: the budget, or a round that would repeat "
-                         "the previous one (flows/round/next.py `repeats`).")
+                         "the previous one (flows/round/next.py `repeats`, `search_repeats`).")
     rounds: list[RoundResult]
     spent_usd: float
 
 
-def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[int], None]) -> RoundResult:
+def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[int], None],
+               previous: RoundContext | None = None) -> RoundResult:
+    """Round t's stages in order; after its search, stops early when the rest would repeat round t-1
+    (flows/round/next.py `search_repeats`)."""
     from flows.rollouts import slug
 
     runner = StageRunner(ctx, from_stage)
+    stopped = ""
     with _servers(ctx) as servers:
         ctx.servers = servers
         for i, name in enumerate(ctx.r.stages):
             rec = runner.run(name)
             _artifact(slug("round", ctx.store.root.parent.parent.name, f"r{ctx.t}", name), name, rec)
             progress(i + 1)
+            if name == "evolve" and (stopped := search_repeats(ctx, previous) or ""):
+                get_run_logger().warning(stopped)
+                break
     gate, rep = runner.records.get("gate"), runner.records.get("report")
     if rep is not None:
         _report_artifacts(ctx.store.root.parent.parent.name, ctx.t, rep)
     return RoundResult(t=ctx.t, student=ctx.state.student_model, report_path=rep.report_path if rep else "",
-                       promoted=gate.promoted if gate else None,
-                       decision=gate.reason if gate else f"no gate (stages: {', '.join(ctx.r.stages)})",
+                       promoted=gate.promoted if gate else None, stopped=stopped,
+                       decision=stopped or (gate.reason if gate else f"no gate (stages: {', '.join(ctx.r.stages)})"),
                        stages=runner.log, server_restarts=[r.model_dump(mode="json") for r in servers.restarts],
                        table=rep.rows if rep else [])
 
@@ -167,6 +176,7 @@ def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: st
     results: list[RoundResult] = []
     message = ""
     state, cfg = first_state(config, run, base)
+    previous: RoundContext | None = None
     per_round = len(config.round.stages)
     total = rounds * per_round
     pid = create_progress_artifact(progress=0.0, key=slug("round-progress", run.run_id),
@@ -178,15 +188,19 @@ def _rounds_locked(config: RunConfig, run: RunStore, rounds: int, from_stage: st
             ctx = RoundContext(config=cfg, store=round_store(run.root, state.t), base=base, state=state)
             done_before = k * per_round
             res = _one_round(ctx, from_stage if k == 0 else None,
-                             lambda i: update_progress_artifact(pid, 100.0 * (done_before + i) / total))
+                             lambda i: update_progress_artifact(pid, 100.0 * (done_before + i) / total), previous)
             results.append(res)
             run.mark_done("rounds", f"r{state.t}", res.model_dump(mode="json"))
+            if res.stopped:
+                message = f"{res.stopped} ({k + 1} of {rounds} rounds run, the last stopped after its search)"
+                break
             if k + 1 < rounds:
                 why = repeats(ctx)
                 if why is not None:
                     message = f"{why} ({k + 1} of {rounds} rounds run)"
                     get_run_logger().warning(message)
                     break
+                previous = ctx
                 state, cfg = next_round(ctx, run)
         status = "done"
     except BudgetSpent as e:

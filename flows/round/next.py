@@ -5,6 +5,10 @@ weights, under that name), and its search starts from h*_t. Not promoted: M_t ag
 
 Not promoted and no edit accepted in any family (h*_t = the harness round t started from): round t+1 would start
 where round t started and, with the same seeds, run the same jobs again. `repeats` says so, and the run stops there.
+
+Not promoted, and round t+1's search from h*_t accepts no edit in any family (h*_{t+1} = h*_t): the rest of round t+1
+would build, train and evaluate round t's arms again (same student, same harness, same seeds). `search_repeats`
+says so after round t+1's search, and the run stops there, round t+1's search and its evaluations kept.
 """
 
 from __future__ import annotations
@@ -38,6 +42,24 @@ def repeats(ctx: RoundContext) -> str | None:
     return (f"round {ctx.t} changed neither the student (not promoted: {gate['reason']}) nor the harness (no edit "
             f"accepted in any family): round {ctx.t + 1} would run the same jobs with the same seeds, so the run stops "
             f"after round {ctx.t}")
+
+
+def search_repeats(ctx: RoundContext, previous: RoundContext | None) -> str | None:
+    """After round t's search: why round t's remaining stages would repeat round t-1's (round t-1 not promoted and
+    this search accepted no edit in any family), or None when they would not (round 0, a promoted M_t, an edit)."""
+    if previous is None:
+        return None
+    gate = previous.store.done("round").get("gate")
+    evolve = ctx.store.done("round").get("evolve")
+    if gate is None or evolve is None or gate["output"]["promoted"]:
+        return None
+    if any(f["accepted_edits"] for f in evolve["output"]["families"].values()):
+        return None
+    t = ctx.t
+    return (f"round {t}'s search from h*_{t - 1} accepted no edit in any family (h*_{t} = h*_{t - 1}) and round "
+            f"{t - 1} did not promote ({gate['output']['reason']}): round {t}'s remaining stages would train and "
+            f"evaluate round {t - 1}'s arms again (same student, harness and seeds), so the run stops after round "
+            f"{t}'s search")
 
 
 def next_round(ctx: RoundContext, run: RunStore) -> tuple[RoundState, RunConfig]:

@@ -261,6 +261,7 @@ def measured_rounds(config: RunConfig, root: Path) -> list[str]:
             rounds = store.done("rounds")
         except (OSError, ValueError, yaml.YAMLError):
             continue  # a run this code cannot read is no measurement
+        rounds = {t: rec for t, rec in rounds.items() if not rec.get("stopped")}  # not one stopped after its search
         if name != config.name or not rounds:
             continue
         t, rec = max(rounds.items(), key=lambda kv: int(kv[0].removeprefix("r")))
