@@ -369,7 +369,10 @@ def test_a_round_that_changed_nothing_is_not_run_again(tmp_path: Path) -> None:
     ctx.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": "", "reason": no_gain}})
     why = repeats(ctx)
     assert why is not None and "round 1 would run the same jobs" in why and no_gain in why
-    edited = {**families, "payroll_audit": {"accepted_edits": [{"op": "insert_section"}]}}
+    beaten = {**families, "payroll_audit": {"accepted_edits": [{"op": "insert_section", "in_h_star": False}]}}
+    ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": beaten}})
+    assert repeats(ctx) == why  # accepted on a minibatch, beaten on validation: h* is the start harness
+    edited = {**families, "payroll_audit": {"accepted_edits": [{"op": "insert_section", "in_h_star": True}]}}
     ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": edited}})
     assert repeats(ctx) is None  # a new harness: round 1 searches from it
     ctx.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(ctx.h_star_dir), "families": families}})
@@ -390,7 +393,9 @@ def test_a_round_whose_search_changes_nothing_after_a_round_that_did_not_promote
     state, cfg = first_state(config, run, REPO)
     r0 = RoundContext(config=cfg, store=round_store(run.root, 0), base=REPO, state=state)
     none = {f: {"accepted_edits": []} for f in cfg.family_names()}
-    edited = {**none, "payroll_audit": {"accepted_edits": [{"op": "insert_section"}]}}
+    edited = {**none, "payroll_audit": {"accepted_edits": [{"op": "insert_section", "in_h_star": True}]}}
+    # the confirmatory run's round 1: edits accepted on minibatches, none on validation (not in h*_1)
+    beaten = {**none, "code_refactor": {"accepted_edits": [{"op": "hide_tool", "in_h_star": False}]}}
     r0.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r0.h_star_dir), "families": edited}})
     no_gain = "NOT PROMOTED: no gain (paired -0.001 [-0.017, +0.014])"
     r0.store.mark_done("round", "gate", {"output": {"promoted": False, "merged_dir": "", "reason": no_gain}})
@@ -398,7 +403,7 @@ def test_a_round_whose_search_changes_nothing_after_a_round_that_did_not_promote
     s1, c1 = next_round(r0, run)
     r1 = RoundContext(config=c1, store=round_store(run.root, 1), base=REPO, state=s1)
     assert search_repeats(r1, r0) is None  # round 1's search has not run yet
-    r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": none}})
+    r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": beaten}})
     why = search_repeats(r1, r0)
     assert why is not None and "h*_1 = h*_0" in why and no_gain in why and "stops after round 1's search" in why
     r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": edited}})

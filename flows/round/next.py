@@ -3,10 +3,10 @@
 Promoted: M_{t+1} is the merged model `student-r{t+1}`, served by the student's server (restarted on the merged
 weights, under that name), and its search starts from h*_t. Not promoted: M_t again, also from h*_t.
 
-Not promoted and no edit accepted in any family (h*_t = the harness round t started from): round t+1 would start
+Not promoted and no edit kept in h*_t in any family (h*_t = the harness round t started from): round t+1 would start
 where round t started and, with the same seeds, run the same jobs again. `repeats` says so, and the run stops there.
 
-Not promoted, and round t+1's search from h*_t accepts no edit in any family (h*_{t+1} = h*_t): the rest of round t+1
+Not promoted, and round t+1's search from h*_t keeps no edit in any family (h*_{t+1} = h*_t): the rest of round t+1
 would build, train and evaluate round t's arms again (same student, same harness, same seeds). `search_repeats`
 says so after round t+1's search, and the run stops there, round t+1's search and its evaluations kept.
 """
@@ -14,6 +14,7 @@ says so after round t+1's search, and the run stops there, round t+1's search an
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from flows.config import ConfigError, RunConfig
 from flows.round.context import RoundContext, RoundState
@@ -30,33 +31,39 @@ def first_state(config: RunConfig, run: RunStore, base: Path) -> tuple[RoundStat
     return state, config
 
 
+def changed_harness(evolve: dict[str, Any]) -> bool:
+    """Whether a search's h* differs from the harness it started from: an accepted edit on the chain that leads to
+    h* (`in_h_star`) in some family. An edit accepted on a minibatch and then beaten on validation is not in h*."""
+    return any(e.get("in_h_star", True) for f in evolve["families"].values() for e in f["accepted_edits"])
+
+
 def repeats(ctx: RoundContext) -> str | None:
-    """Why round t+1 would repeat round t (not promoted, no accepted edit in any family), or None when it would not."""
+    """Why round t+1 would repeat round t (not promoted, h*_t = its start harness), or None when it would not."""
     done = ctx.store.done("round")
     if "gate" not in ctx.r.stages or "evolve" not in ctx.r.stages:
         return (f"round {ctx.t} runs only {', '.join(ctx.r.stages)}: without a gate and a search nothing changes "
                 f"for round {ctx.t + 1}, so the run stops after round {ctx.t}")
     gate, evolve = done["gate"]["output"], done["evolve"]["output"]
-    if gate["promoted"] or any(f["accepted_edits"] for f in evolve["families"].values()):
+    if gate["promoted"] or changed_harness(evolve):
         return None
-    return (f"round {ctx.t} changed neither the student (not promoted: {gate['reason']}) nor the harness (no edit "
-            f"accepted in any family): round {ctx.t + 1} would run the same jobs with the same seeds, so the run stops "
-            f"after round {ctx.t}")
+    return (f"round {ctx.t} changed neither the student (not promoted: {gate['reason']}) nor the harness (h*_{ctx.t} "
+            f"= its start harness in every family): round {ctx.t + 1} would run the same jobs with the same seeds, so "
+            f"the run stops after round {ctx.t}")
 
 
 def search_repeats(ctx: RoundContext, previous: RoundContext | None) -> str | None:
     """After round t's search: why round t's remaining stages would repeat round t-1's (round t-1 not promoted and
-    this search accepted no edit in any family), or None when they would not (round 0, a promoted M_t, an edit)."""
+    this search kept no edit in any family), or None when they would not (round 0, a promoted M_t, an edit)."""
     if previous is None:
         return None
     gate = previous.store.done("round").get("gate")
     evolve = ctx.store.done("round").get("evolve")
     if gate is None or evolve is None or gate["output"]["promoted"]:
         return None
-    if any(f["accepted_edits"] for f in evolve["output"]["families"].values()):
+    if changed_harness(evolve["output"]):
         return None
     t = ctx.t
-    return (f"round {t}'s search from h*_{t - 1} accepted no edit in any family (h*_{t} = h*_{t - 1}) and round "
+    return (f"round {t}'s search from h*_{t - 1} kept no edit in any family (h*_{t} = h*_{t - 1}) and round "
             f"{t - 1} did not promote ({gate['output']['reason']}): round {t}'s remaining stages would train and "
             f"evaluate round {t - 1}'s arms again (same student, harness and seeds), so the run stops after round "
             f"{t}'s search")
