@@ -31,6 +31,11 @@ def first_state(config: RunConfig, run: RunStore, base: Path) -> tuple[RoundStat
     return state, config
 
 
+def _first_clause(reason: str) -> str:
+    """The gate's decision without its figures (the round's report and summary carry them)."""
+    return reason.split(";")[0]
+
+
 def changed_harness(evolve: dict[str, Any]) -> bool:
     """Whether a search's h* differs from the harness it started from: an accepted edit on the chain that leads to
     h* (`in_h_star`) in some family. An edit accepted on a minibatch and then beaten on validation is not in h*."""
@@ -46,9 +51,10 @@ def repeats(ctx: RoundContext) -> str | None:
     gate, evolve = done["gate"]["output"], done["evolve"]["output"]
     if gate["promoted"] or changed_harness(evolve):
         return None
-    return (f"round {ctx.t} changed neither the student (not promoted: {gate['reason']}) nor the harness (h*_{ctx.t} "
-            f"= its start harness in every family): round {ctx.t + 1} would run the same jobs with the same seeds, so "
-            f"the run stops after round {ctx.t}")
+    why = _first_clause(gate["reason"])
+    return (f"round {ctx.t} changed neither the student (not promoted: {why}) nor the harness (h*_{ctx.t} = its "
+            f"start harness in every family): round {ctx.t + 1} would run the same jobs with the same seeds, so the "
+            f"run stops after round {ctx.t}")
 
 
 def search_repeats(ctx: RoundContext, previous: RoundContext | None) -> str | None:
@@ -62,11 +68,10 @@ def search_repeats(ctx: RoundContext, previous: RoundContext | None) -> str | No
         return None
     if changed_harness(evolve["output"]):
         return None
-    t = ctx.t
-    return (f"round {t}'s search from h*_{t - 1} kept no edit in any family (h*_{t} = h*_{t - 1}) and round "
-            f"{t - 1} did not promote ({gate['output']['reason']}): round {t}'s remaining stages would train and "
-            f"evaluate round {t - 1}'s arms again (same student, harness and seeds), so the run stops after round "
-            f"{t}'s search")
+    t, why = ctx.t, _first_clause(gate["output"]["reason"])
+    return (f"round {t}'s search from h*_{t - 1} kept no edit in any family (h*_{t} = h*_{t - 1}) and round {t - 1} "
+            f"did not promote ({why}): round {t}'s remaining stages would train and evaluate round {t - 1}'s arms "
+            f"again (same student, harness and seeds), so the run stops after round {t}'s search")
 
 
 def next_round(ctx: RoundContext, run: RunStore) -> tuple[RoundState, RunConfig]:
