@@ -387,6 +387,7 @@ def test_a_round_whose_search_changes_nothing_after_a_round_that_did_not_promote
     from flows.config import load_config
     from flows.round.context import RoundContext, round_store
     from flows.round.next import first_state, next_round, repeats, search_repeats
+    from flows.round.reporting import _notes
 
     config = load_config(REPO / "deploy/configs/local.yaml")
     run = RunStore(tmp_path / "runs", "r-search-repeat")
@@ -406,6 +407,8 @@ def test_a_round_whose_search_changes_nothing_after_a_round_that_did_not_promote
     r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": beaten}})
     why = search_repeats(r1, r0)
     assert why is not None and "h*_1 = h*_0" in why and no_gain in why and "stops after round 1's search" in why
+    r1.stopped = why  # what the round flow sets before writing the stopped round's page
+    assert _notes(r1, {})[0] == f"Stopped after the search: {why}."
     r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": edited}})
     assert search_repeats(r1, r0) is None  # h*_1 differs from h*_0: new arms
     r1.store.mark_done("round", "evolve", {"output": {"h_star_dir": str(r1.h_star_dir), "families": none}})

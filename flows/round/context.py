@@ -50,6 +50,7 @@ class RoundContext:
     base: Path
     state: RoundState
     servers: Any = None  # flows.servers.ModelServers of the round (None in --dry-run)
+    stopped: str = ""  # why the round stopped after its search (flows/round/next.py `search_repeats`), or ''
 
     @property
     def r(self) -> RoundConfig:

@@ -74,7 +74,7 @@ class RunResult(BaseModel):
 def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[int], None],
                previous: RoundContext | None = None) -> RoundResult:
     """Round t's stages in order; after its search, stops early when the rest would repeat round t-1
-    (flows/round/next.py `search_repeats`)."""
+    (flows/round/next.py `search_repeats`), then writes its report page saying so."""
     from flows.rollouts import slug
 
     runner = StageRunner(ctx, from_stage)
@@ -87,6 +87,10 @@ def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[in
             progress(i + 1)
             if name == "evolve" and (stopped := search_repeats(ctx, previous) or ""):
                 get_run_logger().warning(stopped)
+                ctx.stopped = stopped
+                if "report" in ctx.r.stages:  # the page of what ran, saying why the rest did not
+                    rec = runner.run("report")
+                    _artifact(slug("round", ctx.store.root.parent.parent.name, f"r{ctx.t}", "report"), "report", rec)
                 break
     gate, rep = runner.records.get("gate"), runner.records.get("report")
     if rep is not None:

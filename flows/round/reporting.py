@@ -48,7 +48,7 @@ def test_frame(ctx: RoundContext, tests: dict[str, EvalRecord]) -> pl.DataFrame:
 
 
 def _notes(ctx: RoundContext, tests: dict[str, EvalRecord]) -> list[str]:
-    notes = []
+    notes = [f"Stopped after the search: {ctx.stopped}."] if ctx.stopped else []
     models = {r.model for r in tests.values()}
     if ctx.r.uses_roles:
         models |= {ctx.expert().model, ctx.student().model, ctx.r.correction.locator_expert,
