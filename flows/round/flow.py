@@ -78,26 +78,23 @@ def _one_round(ctx: RoundContext, from_stage: str | None, progress: Callable[[in
     from flows.rollouts import slug
 
     runner = StageRunner(ctx, from_stage)
-    stopped = ""
     with _servers(ctx) as servers:
         ctx.servers = servers
         for i, name in enumerate(ctx.r.stages):
+            if ctx.stopped and name != "report":  # stopped: only the page of what ran, saying why the rest did not
+                continue
             rec = runner.run(name)
             _artifact(slug("round", ctx.store.root.parent.parent.name, f"r{ctx.t}", name), name, rec)
             progress(i + 1)
-            if name == "evolve" and (stopped := search_repeats(ctx, previous) or ""):
-                get_run_logger().warning(stopped)
-                ctx.stopped = stopped
-                if "report" in ctx.r.stages:  # the page of what ran, saying why the rest did not
-                    rec = runner.run("report")
-                    _artifact(slug("round", ctx.store.root.parent.parent.name, f"r{ctx.t}", "report"), "report", rec)
-                break
+            if name == "evolve" and (why := search_repeats(ctx, previous)):
+                get_run_logger().warning(why)
+                ctx.stopped = why
     gate, rep = runner.records.get("gate"), runner.records.get("report")
     if rep is not None:
         _report_artifacts(ctx.store.root.parent.parent.name, ctx.t, rep)
     return RoundResult(t=ctx.t, student=ctx.state.student_model, report_path=rep.report_path if rep else "",
-                       promoted=gate.promoted if gate else None, stopped=stopped,
-                       decision=stopped or (gate.reason if gate else f"no gate (stages: {', '.join(ctx.r.stages)})"),
+                       promoted=gate.promoted if gate else None, stopped=ctx.stopped,
+                       decision=ctx.stopped or (gate.reason if gate else f"no gate (stages: {', '.join(ctx.r.stages)})"),
                        stages=runner.log, server_restarts=[r.model_dump(mode="json") for r in servers.restarts],
                        table=rep.rows if rep else [])
 
